@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# A real one-node Kubernetes cluster on this machine, without Docker: etcd, kube-apiserver (TLS, Node+RBAC),
+# controller-manager, scheduler, containerd + runc + CNI bridge, kubelet and kube-proxy, all inside a private
+# network namespace so pod and service addresses never leave the machine. Recipe and traps:
+# ../shared/reference/real-cluster/README.md (each trap's fix is marked "trap:" below).
+#
+#   hack/cluster.sh up          start (idempotent: a healthy cluster is left alone; a broken one is restarted)
+#   hack/cluster.sh down        stop everything, unmount, remove our network namespaces (etcd data is kept)
+#   hack/cluster.sh reset       down, then delete all state (next up starts from an empty etcd)
+#   hack/cluster.sh status      component pids and node readiness (exit 1 when not healthy)
+#   hack/cluster.sh kubectl ... kubectl as cluster-admin, inside the namespace
+#   hack/cluster.sh exec CMD    run CMD inside the namespace with KUBECONFIG and $BIN_DIR on PATH
+#   hack/cluster.sh logs [C]    list component logs, or print the tail of one (etcd, apiserver, kubelet ...)
+#   hack/cluster.sh gpu on [N] | off | status   the fake Intel GPU device plugin (N fake gpu.intel.com/i915)
+# Environment: OVSERVE_CLUSTER_DIR (state, default /tmp/ovserve-cluster), OVSERVE_NETNS (default ovserve),
+# OVSERVE_FAKE_GPUS (devices the plugin advertises at `up`, default 2; 0 = plugin off).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+ST=${OVSERVE_CLUSTER_DIR:-/tmp/ovserve-cluster}
+NS=${OVSERVE_NETNS:-ovserve}
+IP=10.245.0.1
+P=$ST/pki; L=$ST/logs
+IN="nsenter --net=/var/run/netns/$NS"   # trap: not `ip netns exec`, it remounts /sys and kubelet loses cgroups
+KC="$BIN_DIR/kubectl --kubeconfig $P/admin.kubeconfig"
+COMPONENTS="etcd apiserver controller-manager scheduler containerd kubelet kube-proxy"
+log() { printf '[cluster %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+need_binaries() {
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+    [ -x "$BIN_DIR/$b" ] || { log "missing $BIN_DIR/$b: run hack/build-binaries.sh (or make binaries)"; exit 1; }
+  done
+  for b in containerd runc nsenter ip iptables openssl; do
+    command -v $b >/dev/null || { log "missing $b: run hack/install-deps.sh"; exit 1; }
+  done
+}
+
+pki() {
+  [ -f "$P/admin.kubeconfig" ] && return
+  log "creating PKI in $P"
+  mkdir -p "$P"; (
+  cd "$P"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj /CN=ovserve-test-ca 2>/dev/null
+  sign() { # name CN O SANs
+    openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$2${3:+/O=$3}" 2>/dev/null
+    printf "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n%s" \
+      "${4:+subjectAltName=$4
+}" > "$1.ext"
+    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 3650 -extfile "$1.ext" 2>/dev/null; }
+  sign apiserver kube-apiserver "" "IP:$IP,IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+  sign admin admin system:masters
+  sign kubelet-client kube-apiserver-kubelet-client system:masters
+  sign node system:node:node1 system:nodes "IP:$IP,DNS:node1"
+  openssl genrsa -out sa.key 2048 2>/dev/null; openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  for u in admin node; do cat > $u.kubeconfig <<K
+apiVersion: v1
+kind: Config
+clusters: [{name: ovserve, cluster: {server: "https://$IP:6443", certificate-authority: $P/ca.crt}}]
+users: [{name: $u, user: {client-certificate: $P/$u.crt, client-key: $P/$u.key}}]
+contexts: [{name: ovserve, context: {cluster: ovserve, user: $u}}]
+current-context: ovserve
+K
+  done
+  chmod 600 ./*.key )
+}
+
+alive() { [ -f "$ST/$1.pid" ] && kill -0 "$(cat "$ST/$1.pid")" 2>/dev/null; }
+start() { local n=$1; shift; alive "$n" && return; $IN "$@" >> "$L/$n.log" 2>&1 & echo $! > "$ST/$n.pid"; }
+wait_until() { # seconds what cmd...
+  local t=$1 what=$2; shift 2
+  for _ in $(seq $((t * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  log "timed out after ${t}s waiting for $what; last lines of the logs:"; tail -n 20 "$L"/*.log >&2; return 1
+}
+node_ready() { $IN $KC get node node1 -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -q True; }
+healthy() { for c in $COMPONENTS; do alive $c || return 1; done; node_ready; }
+
+write_configs() {
+  mkdir -p "$ST/cni"
+  cat > "$ST/cni/10-pods.conflist" <<C
+{"cniVersion":"0.4.0","name":"ovserve-pods","plugins":[{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,"hairpinMode":true,
+ "ipam":{"type":"host-local","dataDir":"$ST/cni-ipam","ranges":[[{"subnet":"10.244.0.0/24"}]],"routes":[{"dst":"0.0.0.0/0"}]}},
+ {"type":"portmap","capabilities":{"portMappings":true}}]}
+C
+  cat > "$ST/containerd.toml" <<C
+version = 2
+root = "$ST/containerd"
+state = "$ST/containerd-state"
+[grpc]
+  address = "$ST/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/pause:1"    # no registry: built by hack/images.sh pause
+  restrict_oom_score_adj = true          # trap: this sandbox forbids negative oom_score_adj (runc fails)
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$ST/cni"
+C
+  cat > "$ST/kubelet.yaml" <<C
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication: {anonymous: {enabled: false}, webhook: {enabled: true}, x509: {clientCAFile: $P/ca.crt}}
+authorization: {mode: Webhook}
+containerRuntimeEndpoint: unix://$ST/containerd.sock
+cgroupDriver: cgroupfs
+failCgroupV1: false          # trap: cgroup v1 host; kubelet 1.35+ refuses it by default
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+tlsCertFile: $P/node.crt
+tlsPrivateKeyFile: $P/node.key
+address: $IP
+readOnlyPort: 0
+serializeImagePulls: false
+podLogsDir: $ST/pod-logs       # not /var/log/pods: a second cluster on this machine must not share it
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+C
+}
+
+up() {
+  need_binaries
+  mkdir -p "$ST" "$L"
+  exec 9>"$ST.lock"; flock 9          # concurrent `up`s (parallel test sessions) wait for each other
+  if [ -e "/var/run/netns/$NS" ] && healthy; then log "already up ($ST, netns $NS)"; gpu_default; return; fi
+  if [ -e "/var/run/netns/$NS" ]; then log "found a partial cluster: restarting it"; stop_all; fi
+  local t0=$SECONDS
+  [ -e "/var/run/netns/$NS" ] || { ip netns add "$NS"; $IN ip link set lo up; }
+  # trap: no dummy module, and kubelet refuses a loopback node IP: the node address lives on lo
+  $IN ip addr show lo | grep -q "$IP/" || $IN ip addr add $IP/32 dev lo
+  # trap: the node itself reaches ClusterIPs only with a route for the service range
+  $IN ip route show | grep -q '^10.96.0.0/16' || $IN ip route add 10.96.0.0/16 dev lo
+  pki; write_configs
+  start etcd "$BIN_DIR/etcd" --data-dir "$ST/etcd" --listen-client-urls http://127.0.0.1:2379 \
+    --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 --log-level warn
+  wait_until 30 etcd $IN curl -sf http://127.0.0.1:2379/health
+  start apiserver "$BIN_DIR/kube-apiserver" --etcd-servers http://127.0.0.1:2379 --bind-address $IP --advertise-address $IP \
+    --secure-port 6443 --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" --client-ca-file "$P/ca.crt" \
+    --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$P/sa.pub" \
+    --service-account-signing-key-file "$P/sa.key" --service-cluster-ip-range 10.96.0.0/16 --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction --kubelet-client-certificate "$P/kubelet-client.crt" \
+    --kubelet-client-key "$P/kubelet-client.key" --kubelet-preferred-address-types InternalIP   # trap: no DNS for node1
+  wait_until 90 kube-apiserver $IN $KC get --raw /readyz
+  start controller-manager "$BIN_DIR/kube-controller-manager" --kubeconfig "$P/admin.kubeconfig" \
+    --authentication-kubeconfig "$P/admin.kubeconfig" --authorization-kubeconfig "$P/admin.kubeconfig" --bind-address 127.0.0.1 \
+    --service-account-private-key-file "$P/sa.key" --root-ca-file "$P/ca.crt" --use-service-account-credentials \
+    --cluster-signing-cert-file "$P/ca.crt" --cluster-signing-key-file "$P/ca.key" --leader-elect=false \
+    --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle'
+  start scheduler "$BIN_DIR/kube-scheduler" --kubeconfig "$P/admin.kubeconfig" --authentication-kubeconfig "$P/admin.kubeconfig" \
+    --authorization-kubeconfig "$P/admin.kubeconfig" --bind-address 127.0.0.1 --leader-elect=false
+  start containerd containerd --config "$ST/containerd.toml"
+  wait_until 30 containerd ctr -a "$ST/containerd.sock" version
+  "$here/images.sh" pause
+  start kubelet "$BIN_DIR/kubelet" --config "$ST/kubelet.yaml" --kubeconfig "$P/node.kubeconfig" --hostname-override node1 \
+    --node-ip $IP --root-dir "$ST/kubelet"
+  # trap: conntrack sysctls are read-only here
+  start kube-proxy "$BIN_DIR/kube-proxy" --kubeconfig "$P/admin.kubeconfig" --hostname-override node1 --proxy-mode iptables \
+    --cluster-cidr 10.244.0.0/16 --conntrack-max-per-core 0 --metrics-bind-address 127.0.0.1:10249 \
+    --healthz-bind-address 127.0.0.1:10256
+  wait_until 120 "node Ready" node_ready
+  # The default ServiceAccount appears asynchronously; pods created before it are refused.
+  wait_until 60 "default ServiceAccount" $IN $KC get serviceaccount default -n default
+  cp "$P/admin.kubeconfig" "$ST/kubeconfig"
+  gpu_default
+  log "up in $((SECONDS - t0))s: KUBECONFIG=$ST/kubeconfig, enter with: hack/cluster.sh exec bash"
+}
+
+# Pod network namespaces hold at least their pause process while alive: one without any process is a leftover.
+rm_orphan_netns() {
+  local live=" "; for f in /proc/[0-9]*/ns/net; do live+="$(stat -L -c %i "$f" 2>/dev/null) "; done
+  for n in $(ip netns list 2>/dev/null | awk '/^cni-/{print $1}'); do
+    case "$live" in *" $(stat -L -c %i "/var/run/netns/$n" 2>/dev/null) "*) ;; *) ip netns del "$n" 2>/dev/null || true;; esac
+  done
+}
+
+stop_all() {
+  for n in gpu-plugin kube-proxy kubelet scheduler controller-manager apiserver etcd containerd; do
+    [ -f "$ST/$n.pid" ] || continue; pid=$(cat "$ST/$n.pid")
+    if kill "$pid" 2>/dev/null; then
+      for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done   # trap: apiserver drains for seconds
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$ST/$n.pid"
+  done
+  # Our pods' shims (and the containers under them), identified by our containerd socket.
+  local shims; shims=$(pgrep -f "containerd-shim-runc-v2 .*-address $ST/containerd.sock" || true)
+  for s in $shims; do pkill -9 -P "$s" 2>/dev/null || true; kill -9 "$s" 2>/dev/null || true; done
+  sleep 0.3
+  { grep " $ST/" /proc/mounts || true; } | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  rm_orphan_netns
+}
+
+down() {
+  [ -d "$ST" ] || { ip netns del "$NS" 2>/dev/null || true; log "nothing to stop"; return; }
+  exec 9>"$ST.lock"; flock 9
+  stop_all
+  ip netns del "$NS" 2>/dev/null || true
+  log "down (state kept in $ST; 'reset' deletes it)"
+}
+
+status() {
+  local rc=0
+  for c in $COMPONENTS gpu-plugin; do
+    if alive $c; then printf '%-20s running (pid %s)\n' "$c" "$(cat "$ST/$c.pid")"
+    else printf '%-20s stopped\n' "$c"; [ "$c" = gpu-plugin ] || rc=1; fi
+  done
+  if [ -e "/var/run/netns/$NS" ] && node_ready; then echo "node1                Ready"; else echo "node1                not ready"; rc=1; fi
+  return $rc
+}
+
+gpu() {
+  case ${1:-status} in
+    on)
+      local n=${2:-2}
+      gpu off >/dev/null
+      [ -x "$OVSERVE_CACHE/bin/fake-gpu-plugin" ] && [ "$OVSERVE_CACHE/bin/fake-gpu-plugin" -nt "$here/deviceplugin/main.go" ] \
+        || "$here/deviceplugin/build.sh"
+      start gpu-plugin "$OVSERVE_CACHE/bin/fake-gpu-plugin" --devices "$n" --resource gpu.intel.com/i915 \
+        --kubelet-dir "$ST/kubelet/device-plugins"
+      $IN $KC label node node1 --overwrite intel.feature.node.kubernetes.io/gpu=true >/dev/null
+      wait_until 30 "gpu.intel.com/i915 allocatable" sh -c \
+        "$IN $KC get node node1 -o jsonpath='{.status.allocatable.gpu\\.intel\\.com/i915}' | grep -qx $n"
+      log "fake GPU plugin on: $n x gpu.intel.com/i915";;
+    off)
+      if alive gpu-plugin; then kill "$(cat "$ST/gpu-plugin.pid")"; fi; rm -f "$ST/gpu-plugin.pid"
+      $IN $KC label node node1 intel.feature.node.kubernetes.io/gpu- >/dev/null 2>&1 || true
+      # kubelet zeroes allocatable as soon as the plugin's socket goes away
+      wait_until 30 "gpu.intel.com/i915 allocatable 0" sh -c \
+        "v=\$($IN $KC get node node1 -o jsonpath='{.status.allocatable.gpu\\.intel\\.com/i915}'); [ -z \"\$v\" ] || [ \"\$v\" = 0 ]"
+      log "fake GPU plugin off";;
+    status) alive gpu-plugin && echo on || echo off;;
+    *) echo "usage: $0 gpu on [N] | off | status" >&2; exit 2;;
+  esac
+}
+gpu_default() { local n=${OVSERVE_FAKE_GPUS:-2}; if [ "$n" -gt 0 ] && ! alive gpu-plugin; then gpu on "$n"; fi; }
+
+case ${1:-} in
+  up) up;;
+  down) down;;
+  reset) down; rm -rf "$ST" "$ST.lock"; log "state deleted";;
+  status) status;;
+  kubectl) shift; exec $IN $KC "$@";;
+  exec) shift; export KUBECONFIG=$P/admin.kubeconfig PATH=$BIN_DIR:$PATH; exec $IN "$@";;
+  logs) if [ -n "${2:-}" ]; then tail -n "${TAIL:-100}" "$L/$2.log"; else ls "$L"; fi;;
+  gpu) shift; gpu "$@";;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;
+esac

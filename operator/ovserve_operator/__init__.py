@@ -1,0 +1,1 @@
+"""ovserve Kubernetes operator (kopf)."""

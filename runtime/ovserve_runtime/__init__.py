@@ -1,0 +1,1 @@
+"""ovserve serving runtime. Import-light: importing the package pulls in no openvino."""
