@@ -66,7 +66,9 @@ K
 }
 
 alive() { [ -f "$ST/$1.pid" ] && kill -0 "$(cat "$ST/$1.pid")" 2>/dev/null; }
-start() { local n=$1; shift; alive "$n" && return; $IN "$@" >> "$L/$n.log" 2>&1 & echo $! > "$ST/$n.pid"; }
+# Daemons must not inherit the lock (fd 9), or the next up/down would wait for them forever.
+start() { local n=$1; shift; alive "$n" && return; $IN "$@" >> "$L/$n.log" 2>&1 9>&- & echo $! > "$ST/$n.pid"; }
+lock() { exec 9>"$ST.lock"; flock -w 900 9 || { log "another hack/cluster.sh holds $ST.lock"; exit 1; }; }
 wait_until() { # seconds what cmd...
   local t=$1 what=$2; shift 2
   for _ in $(seq $((t * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -120,7 +122,7 @@ C
 up() {
   need_binaries
   mkdir -p "$ST" "$L"
-  exec 9>"$ST.lock"; flock 9          # concurrent `up`s (parallel test sessions) wait for each other
+  lock                                # concurrent `up`s (parallel test sessions) wait for each other
   if [ -e "/var/run/netns/$NS" ] && healthy; then log "already up ($ST, netns $NS)"; gpu_default; return; fi
   if [ -e "/var/run/netns/$NS" ]; then log "found a partial cluster: restarting it"; stop_all; fi
   local t0=$SECONDS
@@ -166,9 +168,9 @@ up() {
 
 # Pod network namespaces hold at least their pause process while alive: one without any process is a leftover.
 rm_orphan_netns() {
-  local live=" "; for f in /proc/[0-9]*/ns/net; do live+="$(stat -L -c %i "$f" 2>/dev/null) "; done
+  local live=" " l; for f in /proc/[0-9]*/ns/net; do l=$(readlink "$f" 2>/dev/null || true); live+="${l//[^0-9]/} "; done
   for n in $(ip netns list 2>/dev/null | awk '/^cni-/{print $1}'); do
-    case "$live" in *" $(stat -L -c %i "/var/run/netns/$n" 2>/dev/null) "*) ;; *) ip netns del "$n" 2>/dev/null || true;; esac
+    case "$live" in *" $(stat -c %i "/var/run/netns/$n" 2>/dev/null || true) "*) ;; *) ip netns del "$n" 2>/dev/null || true;; esac
   done
 }
 
@@ -191,7 +193,7 @@ stop_all() {
 
 down() {
   [ -d "$ST" ] || { ip netns del "$NS" 2>/dev/null || true; log "nothing to stop"; return; }
-  exec 9>"$ST.lock"; flock 9
+  lock
   stop_all
   ip netns del "$NS" 2>/dev/null || true
   log "down (state kept in $ST; 'reset' deletes it)"
@@ -215,7 +217,7 @@ gpu() {
       [ -x "$OVSERVE_CACHE/bin/fake-gpu-plugin" ] && [ "$OVSERVE_CACHE/bin/fake-gpu-plugin" -nt "$here/deviceplugin/main.go" ] \
         || "$here/deviceplugin/build.sh"
       start gpu-plugin "$OVSERVE_CACHE/bin/fake-gpu-plugin" --devices "$n" --resource gpu.intel.com/i915 \
-        --kubelet-dir "$ST/kubelet/device-plugins"
+        --registry-dir "$ST/kubelet/plugins_registry"
       $IN $KC label node node1 --overwrite intel.feature.node.kubernetes.io/gpu=true >/dev/null
       wait_until 30 "gpu.intel.com/i915 allocatable" sh -c \
         "$IN $KC get node node1 -o jsonpath='{.status.allocatable.gpu\\.intel\\.com/i915}' | grep -qx $n"

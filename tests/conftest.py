@@ -31,7 +31,7 @@ T = TypeVar("T")
 def _versions_env() -> dict[str, str]:
     """The variables of hack/versions.env as bash resolves them (one source for paths and versions)."""
     out = subprocess.run(
-        ["bash", "-c", f". {HACK / 'versions.env'} && env -0"], capture_output=True, text=True, check=True
+        ["bash", "-c", f"set -a && . {HACK / 'versions.env'} && env -0"], capture_output=True, text=True, check=True
     ).stdout
     return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
 

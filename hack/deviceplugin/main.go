@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 type plugin struct {
@@ -61,6 +61,29 @@ func (p *plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
+// registrar answers kubelet's plugin watcher, which finds our socket in <kubelet root>/plugins_registry.
+// Registering this way (rather than through the fixed /var/lib/kubelet/device-plugins/kubelet.sock) keeps
+// each local cluster's plugin with its own kubelet.
+type registrar struct {
+	registerapi.UnimplementedRegistrationServer
+	resource string
+}
+
+func (r *registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	// Endpoint empty: kubelet dials this same socket for the DevicePlugin service.
+	return &registerapi.PluginInfo{Type: registerapi.DevicePlugin, Name: r.resource,
+		SupportedVersions: []string{pluginapi.Version}}, nil
+}
+
+func (r *registrar) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	if s.PluginRegistered {
+		log.Printf("kubelet registered %s", r.resource)
+	} else {
+		log.Printf("kubelet refused %s: %s", r.resource, s.Error)
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
 func serve(dir, resource string, n int) (*grpc.Server, *plugin, string, error) {
 	p := &plugin{stop: make(chan struct{})}
 	for i := 0; i < n; i++ {
@@ -68,6 +91,9 @@ func serve(dir, resource string, n int) (*grpc.Server, *plugin, string, error) {
 	}
 	name := "ovserve-fake-" + strings.NewReplacer("/", "-", ".", "-").Replace(resource) + ".sock"
 	sock := filepath.Join(dir, name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, nil, "", err
+	}
 	_ = os.Remove(sock)
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -75,31 +101,15 @@ func serve(dir, resource string, n int) (*grpc.Server, *plugin, string, error) {
 	}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, p)
+	registerapi.RegisterRegistrationServer(srv, &registrar{resource: resource})
 	go func() { _ = srv.Serve(l) }()
-
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "kubelet.sock"),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		srv.Stop()
-		return nil, nil, "", err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: name, ResourceName: resource,
-	})
-	if err != nil {
-		srv.Stop()
-		return nil, nil, "", fmt.Errorf("register with kubelet: %w", err)
-	}
 	return srv, p, sock, nil
 }
 
 func main() {
 	n := flag.Int("devices", 2, "number of fake devices to advertise")
 	resource := flag.String("resource", "gpu.intel.com/i915", "extended resource name (gpu.intel.com/i915 or gpu.intel.com/xe)")
-	dir := flag.String("kubelet-dir", pluginapi.DevicePluginPath, "kubelet's device-plugins directory")
+	dir := flag.String("registry-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin watcher directory (<root-dir>/plugins_registry)")
 	flag.Parse()
 
 	sigs := make(chan os.Signal, 1)
@@ -116,7 +126,7 @@ func main() {
 			continue
 		}
 		log.Printf("advertising %d x %s via %s", *n, *resource, sock)
-		// kubelet wipes the directory when it restarts: serve and register again when our socket disappears.
+		// Serve again if our socket disappears (someone cleaned the directory).
 		tick := time.NewTicker(time.Second)
 	watch:
 		for {
@@ -128,7 +138,7 @@ func main() {
 				return
 			case <-tick.C:
 				if _, err := os.Stat(sock); err != nil {
-					log.Printf("socket gone (kubelet restarted?): re-registering")
+					log.Printf("socket gone: serving again")
 					break watch
 				}
 			}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `make demo`: the local cluster, the operator installed by its Helm chart, and two LLMServings on tiny
+# models: one that runs continuous batching, one that falls back to the legacy pipeline (its IR has no
+# ScaledDotProductAttention op). Prints `kubectl get llmserving` and answers a chat completion.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/.." && pwd)
+. "$here/versions.env"
+K() { "$here/cluster.sh" kubectl "$@"; }
+H() { "$here/cluster.sh" exec "$BIN_DIR/helm" "$@"; }
+log() { printf '[demo %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+"$here/cluster.sh" up
+"$here/images.sh" all >/dev/null
+for ns in ovserve-system demo; do
+  K create namespace "$ns" --dry-run=client -o yaml | K apply -f - >/dev/null
+  K label namespace "$ns" --overwrite pod-security.kubernetes.io/enforce=restricted >/dev/null
+done
+log "installing the operator (helm upgrade --install ovserve charts/ovserve)"
+H upgrade --install ovserve "$root/charts/ovserve" -n ovserve-system \
+  --set image.repository=localhost/ovserve --set image.tag=dev --set image.pullPolicy=IfNotPresent --wait --timeout 5m
+
+for name in tiny-llm tiny-llm-nosdpa; do
+  K apply -n demo -f - >/dev/null <<EOF
+apiVersion: ovserve.dev/v1alpha1
+kind: LLMServing
+metadata: {name: $name}
+spec:
+  model: {hostPath: {path: $OVSERVE_MODELS/$name}}
+  pipelineType: AUTO
+EOF
+done
+log "waiting for both LLMServings to be Ready"
+for _ in $(seq 150); do
+  phases=$(K get llmserving -n demo -o jsonpath='{range .items[*]}{.status.phase}{" "}{end}')
+  [ "$phases" = "Ready Ready " ] && break; sleep 2
+done
+K get llmserving -n demo
+ip=$(K get service tiny-llm -n demo -o jsonpath='{.spec.clusterIP}')
+log "POST http://$ip:8000/v3/chat/completions (inside the cluster network)"
+"$here/cluster.sh" exec curl -s "http://$ip:8000/v3/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"tiny-llm","messages":[{"role":"user","content":"hello"}],"max_tokens":8}'
+echo
+log "explore: hack/cluster.sh kubectl get llms -A; hack/cluster.sh kubectl describe llms -n demo; stop: make down"
