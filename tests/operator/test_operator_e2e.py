@@ -1,0 +1,508 @@
+"""End-to-end: the operator (local process) against the real one-node cluster, runtime pods on the node.
+
+Runtime cases use the project image and the tiny models; the control-plane cases (CEL, scale, GC,
+GPU scheduling, rollout, leader election) use pods that never start (nothing matches their node
+selector), so they need neither.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.cluster]
+
+NOWHERE = {"ovserve.dev/test-nowhere": "true"}  # no node has it: pods stay Pending
+
+
+def llms(name: str, spec: dict) -> dict:
+    return {
+        "apiVersion": "ovserve.dev/v1alpha1",
+        "kind": "LLMServing",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def pvc_model(name: str) -> dict:
+    return {"pvc": {"claimName": "models", "path": name}}
+
+
+# Admitted by the restricted PSA (emptyDir + init container), never downloaded: pods do not start.
+UNSTARTED = {"huggingFace": {"repo": "ovserve-test/never-downloaded"}}
+
+
+def row(cluster, namespace: str, name: str) -> dict[str, str]:
+    rows = {r["NAME"]: r for r in cluster.table("llmservings", "-n", namespace)}
+    return rows.get(name, {})
+
+
+def status(cluster, namespace: str, name: str) -> dict:
+    obj = cluster.get("llmserving", name, namespace) or {}
+    return obj.get("status") or {}
+
+
+def condition(st: dict, ctype: str) -> dict:
+    return next((c for c in st.get("conditions") or [] if c["type"] == ctype), {})
+
+
+def events(cluster, namespace: str, name: str) -> list[dict]:
+    out = cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "-o",
+        "json",
+        "--field-selector",
+        f"involvedObject.kind=LLMServing,involvedObject.name={name}",
+    ).stdout
+    return json.loads(out)["items"]
+
+
+def has_event(cluster, namespace, name, type_, reason) -> bool:
+    return any(e["type"] == type_ and e["reason"] == reason for e in events(cluster, namespace, name))
+
+
+def wait_phase(cluster, namespace, name, phase, timeout=240):
+    return cluster.wait_for(
+        lambda: (s := status(cluster, namespace, name)).get("phase") == phase and s,
+        timeout,
+        f"llmserving {name} phase {phase}",
+    )
+
+
+# --------------------------------------------------------------------------- apiserver validation
+
+
+def test_crd_explain_and_validation(cluster, crd, namespace):
+    explain = cluster.kubectl("explain", "llmserving.spec").stdout
+    assert "pipelineType" in explain and "continuous batching" in explain
+    model = cluster.kubectl("explain", "llmserving.spec.model").stdout
+    assert "hostPath" in model and "huggingFace" in model and "PersistentVolumeClaim" in model
+
+    bad = llms("two-sources", {"model": {"hostPath": {"path": "/m"}, "pvc": {"claimName": "models"}}})
+    proc = cluster.create(bad, namespace, check=False)
+    assert proc.returncode != 0
+    assert "exactly one of model.pvc, model.hostPath, model.huggingFace must be set" in proc.stderr
+
+    proc = cluster.create(
+        llms("bad-type", {"model": {"hostPath": {"path": "/m"}}, "pipelineType": "CB"}),
+        namespace,
+        check=False,
+    )
+    assert proc.returncode != 0 and 'Unsupported value: "CB"' in proc.stderr
+
+    proc = cluster.create(
+        llms("dotted.name", {"model": {"hostPath": {"path": "/m"}}}), namespace, check=False
+    )
+    assert proc.returncode != 0 and "DNS-1035" in proc.stderr
+
+    # defaults are applied by the apiserver
+    cluster.create(llms("defaults", {"model": {"hostPath": {"path": "/m"}}}), namespace)
+    spec = cluster.get("llmserving", "defaults", namespace)["spec"]
+    assert (spec["pipelineType"], spec["device"], spec["replicas"]) == ("AUTO", "CPU", 1)
+
+
+# --------------------------------------------------------------------------- control-plane behaviour
+
+
+def test_pods_refused_by_admission_show_a_clear_reason(cluster, operator, namespace):
+    # hostPath is a dev-only source: the restricted Pod Security Standard refuses the pods
+    cluster.apply(
+        llms("hp", {"model": {"hostPath": {"path": "/var/cache/ovserve/models/tiny-llm"}}}), namespace
+    )
+    st = wait_phase(cluster, namespace, "hp", "Failed", 90)
+    ready = condition(st, "Ready")
+    assert ready["reason"] == "FailedCreate"
+    assert "violates PodSecurity" in ready["message"] and "hostPath" in ready["message"]
+    cluster.wait_for(
+        lambda: has_event(cluster, namespace, "hp", "Warning", "FailedCreate"),
+        30,
+        "Warning FailedCreate event",
+    )
+
+
+def test_children_scale_rollout_and_gc(cluster, operator, namespace):
+    cluster.apply(llms("ctl", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
+    dep = cluster.wait_for(lambda: cluster.get("deployment", "ctl", namespace), 60, "Deployment ctl")
+    svc = cluster.wait_for(lambda: cluster.get("service", "ctl", namespace), 30, "Service ctl")
+    owner = cluster.get("llmserving", "ctl", namespace)
+    for obj in (dep, svc):
+        ref = obj["metadata"]["ownerReferences"][0]
+        assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (
+            "LLMServing",
+            "ctl",
+            owner["metadata"]["uid"],
+            True,
+        )
+    pod_spec = dep["spec"]["template"]["spec"]
+    c = pod_spec["containers"][0]
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert pod_spec["automountServiceAccountToken"] is False
+    # the restricted PSA namespace admitted the pod: the security context is right
+    pods = cluster.wait_for(lambda: cluster.get("pods", namespace=namespace)["items"], 60, "a runtime pod")
+    assert pods[0]["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "ovserve-operator"
+
+    st = wait_phase(cluster, namespace, "ctl", "Pending", 60)
+    cluster.wait_for(
+        lambda: condition(status(cluster, namespace, "ctl"), "Ready").get("reason") == "Unschedulable",
+        60,
+        "Ready reason Unschedulable",
+    )
+    assert st["endpoint"] == f"http://ctl.{namespace}.svc:8000/v3"
+    assert row(cluster, namespace, "ctl")["READY"] == "0/1"
+
+    # scale subresource
+    cluster.kubectl("scale", "llmserving/ctl", "-n", namespace, "--replicas=2")
+    cluster.wait_for(
+        lambda: cluster.get("deployment", "ctl", namespace)["spec"]["replicas"] == 2,
+        60,
+        "Deployment scaled to 2",
+    )
+    cluster.wait_for(lambda: status(cluster, namespace, "ctl").get("replicas") == 2, 60, "status.replicas 2")
+    scale = json.loads(
+        cluster.kubectl(
+            "get", "--raw", f"/apis/ovserve.dev/v1alpha1/namespaces/{namespace}/llmservings/ctl/scale"
+        ).stdout
+    )
+    assert scale["spec"]["replicas"] == 2 and scale["status"]["replicas"] == 2
+    assert "ovserve.dev/llmserving=ctl" in scale["status"]["selector"]
+    cluster.wait_for(lambda: row(cluster, namespace, "ctl").get("READY") == "0/2", 30, "READY 0/2")
+
+    # a spec change rolls out a new template
+    old_hash = cluster.get("deployment", "ctl", namespace)["spec"]["template"]["metadata"]["annotations"][
+        "ovserve.dev/template-hash"
+    ]
+    cluster.kubectl(
+        "patch",
+        "llmserving",
+        "ctl",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"pipelineType": "LM"}}',
+    )
+
+    def rolled():
+        d = cluster.get("deployment", "ctl", namespace)
+        args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+        return (
+            d["spec"]["template"]["metadata"]["annotations"]["ovserve.dev/template-hash"] != old_hash
+            and args[args.index("--pipeline-type") + 1] == "LM"
+        )
+
+    cluster.wait_for(rolled, 60, "Deployment template with --pipeline-type LM")
+    cluster.wait_for(
+        lambda: (
+            status(cluster, namespace, "ctl").get("observedGeneration")
+            == cluster.get("llmserving", "ctl", namespace)["metadata"]["generation"]
+        ),
+        60,
+        "observedGeneration to follow",
+    )
+    assert row(cluster, namespace, "ctl")["REQUESTED"] == "LM"
+
+    # no kopf junk in status; progress lives in ovserve.dev annotations
+    obj = cluster.get("llmserving", "ctl", namespace)
+    assert "kopf" not in obj.get("status", {})
+    assert any(k.startswith("ovserve.dev/") for k in obj["metadata"].get("annotations", {}))
+    assert not obj["metadata"].get("finalizers")  # deletion never waits for the operator
+
+    # deleting the CR garbage-collects the children
+    cluster.kubectl("delete", "llmserving", "ctl", "-n", namespace, "--wait=true", timeout=60)
+    cluster.wait_for(
+        lambda: (
+            cluster.get("deployment", "ctl", namespace) is None
+            and cluster.get("service", "ctl", namespace) is None
+        ),
+        90,
+        "children garbage-collected",
+    )
+
+
+def test_gpu_without_gpu_node_is_pending_unschedulable(cluster, operator, namespace, device_plugin):
+    device_plugin.stop()
+    cluster.wait_for(lambda: device_plugin.allocatable() == 0, 60, "no allocatable GPUs")
+    cluster.apply(llms("gpu", {"model": UNSTARTED, "device": "GPU"}), namespace)
+    st = wait_phase(cluster, namespace, "gpu", "Pending", 90)
+    ready = condition(st, "Ready")
+    cluster.wait_for(
+        lambda: condition(status(cluster, namespace, "gpu"), "Ready").get("reason") == "Unschedulable",
+        60,
+        "Ready reason Unschedulable",
+    )
+    ready = condition(status(cluster, namespace, "gpu"), "Ready")
+    assert ready["status"] == "False"
+    assert "gpu.intel.com/i915" in ready["message"]
+    r = row(cluster, namespace, "gpu")
+    assert (r["DEVICE"], r["PHASE"], r["READY"], r["RESOLVED"]) == ("GPU", "Pending", "0/1", "")
+    wide = {x["NAME"]: x for x in cluster.table("llmservings", "-n", namespace, "-o", "wide")}
+    assert wide["gpu"]["REASON"] == "Unschedulable"
+    cluster.wait_for(
+        lambda: has_event(cluster, namespace, "gpu", "Warning", "Unschedulable"),
+        30,
+        "Warning event Unschedulable",
+    )
+    pod = cluster.get("pods", namespace=namespace)["items"][0]
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["gpu.intel.com/i915"] == "1"
+
+
+def test_leader_election_two_replicas_failover(cluster, start_operator, namespace):
+    a = start_operator("op-a")
+    cluster.wait_for(lambda: (a.health() or {}).get("role") == "leader", 60, "op-a leader")
+    b = start_operator("op-b")
+    cluster.wait_for(lambda: (b.health() or {}).get("role") == "standby", 60, "op-b standby")
+
+    cluster.apply(llms("one", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
+    cluster.wait_for(lambda: status(cluster, namespace, "one").get("phase"), 60, "status from the leader")
+    time.sleep(3)
+    assert (b.health() or {}).get("role") == "standby"
+    assert "starting kopf" not in b.logs() and "applied" not in b.logs()
+    assert "applied Service/one, Deployment/one" in a.logs()
+
+    a.kill()  # SIGKILL: no release, the standby must wait for the lease to expire (6 s here)
+    t0 = time.monotonic()
+    cluster.wait_for(lambda: (b.health() or {}).get("role") == "leader", 60, "op-b to take over")
+    took = time.monotonic() - t0
+    assert took < 30, took
+    lease = cluster.get("lease", b.lease, namespace)
+    assert lease["spec"]["holderIdentity"] == "op-b"
+
+    cluster.apply(llms("two", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
+    cluster.wait_for(lambda: cluster.get("deployment", "two", namespace), 60, "the new leader to act")
+    cluster.wait_for(lambda: status(cluster, namespace, "two").get("phase") == "Pending", 60, "status of two")
+
+    # a clean stop releases the lease at once
+    c = start_operator("op-c")
+    cluster.wait_for(lambda: (c.health() or {}).get("role") == "standby", 60, "op-c standby")
+    assert b.stop() == 0
+    t0 = time.monotonic()
+    cluster.wait_for(
+        lambda: (c.health() or {}).get("role") == "leader", 30, "op-c to take over after release"
+    )
+    assert time.monotonic() - t0 < 6  # faster than the lease duration: it was released
+
+
+# --------------------------------------------------------------------------- the real runtime
+
+
+@pytest.fixture
+def runtime(cluster, project_image, tiny_models, namespace):
+    """The tiny models on a PVC "models" in the test namespace (restricted PSA refuses hostPath volumes):
+    a hostPath PersistentVolume over the models directory, bound to the claim by name."""
+    pv = f"models-{namespace}"[:63]
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv, "labels": {"ovserve.dev/test": "true"}},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadOnlyMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "ovserve-test-models",
+                "hostPath": {"path": str(tiny_models), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": "models"},
+            },
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "models"},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "ovserve-test-models",
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+        namespace,
+    )
+    cluster.wait_for(
+        lambda: (cluster.get("pvc", "models", namespace) or {}).get("status", {}).get("phase") == "Bound",
+        60,
+        "PVC models bound",
+    )
+    yield tiny_models
+    cluster.kubectl("delete", "pvc", "models", "-n", namespace, "--wait=false", check=False)
+    cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+
+
+def test_auto_on_sdpa_model_resolves_cb(cluster, operator, namespace, runtime):
+    cluster.apply(llms("cb", {"model": pvc_model("tiny-llm")}), namespace)
+    st = wait_phase(cluster, namespace, "cb", "Ready")
+    r = row(cluster, namespace, "cb")
+    assert (r["REQUESTED"], r["RESOLVED"], r["FALLBACK"], r["DEVICE"], r["READY"], r["PHASE"]) == (
+        "AUTO",
+        "LM_CB",
+        "",
+        "CPU",
+        "1/1",
+        "Ready",
+    )
+    assert st["pipeline"]["continuousBatching"] is True and st["pipeline"]["fallback"] is False
+    assert condition(st, "Ready")["status"] == "True"
+    assert condition(st, "PipelineResolved")["reason"] == "ContinuousBatching"
+    assert condition(st, "Fallback")["status"] == "False"
+    assert st["observedGeneration"] == cluster.get("llmserving", "cb", namespace)["metadata"]["generation"]
+    cluster.wait_for(lambda: has_event(cluster, namespace, "cb", "Normal", "Ready"), 30, "Normal Ready event")
+    assert not has_event(cluster, namespace, "cb", "Warning", "PipelineFallback")
+
+
+def test_auto_on_sdpa_free_model_falls_back_visibly(cluster, operator, namespace, runtime):
+    cluster.apply(llms("fb", {"model": pvc_model("tiny-llm-nosdpa")}), namespace)
+    st = wait_phase(cluster, namespace, "fb", "Ready")
+    r = row(cluster, namespace, "fb")
+    assert (r["REQUESTED"], r["RESOLVED"], r["FALLBACK"], r["READY"], r["PHASE"]) == (
+        "AUTO",
+        "LM",
+        "PagedAttentionNotSupported",
+        "1/1",
+        "Ready",
+    )
+    fb = condition(st, "Fallback")
+    assert fb["status"] == "True" and fb["reason"] == "PagedAttentionNotSupported"
+    assert "ScaledDotProductAttention" in st["pipeline"]["message"]
+    cluster.wait_for(
+        lambda: has_event(cluster, namespace, "fb", "Warning", "PipelineFallback"),
+        30,
+        "Warning PipelineFallback event",
+    )
+
+
+def test_pinned_cb_on_sdpa_free_model_fails_and_is_never_downgraded(cluster, operator, namespace, runtime):
+    cluster.apply(llms("pin", {"model": pvc_model("tiny-llm-nosdpa"), "pipelineType": "LM_CB"}), namespace)
+    st = wait_phase(cluster, namespace, "pin", "Failed")
+    ready = condition(st, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "PagedAttentionNotSupported"
+    assert "not downgraded" in ready["message"]
+    cluster.wait_for(
+        lambda: has_event(cluster, namespace, "pin", "Warning", "PagedAttentionNotSupported"),
+        30,
+        "Warning event",
+    )
+    # watch it for a while: it stays Failed, and nothing ever runs LM
+    for _ in range(10):
+        obj = cluster.get("llmserving", "pin", namespace)
+        assert obj["spec"]["pipelineType"] == "LM_CB"
+        assert obj["status"]["pipeline"].get("resolved") in (None, "")
+        assert obj["status"]["phase"] == "Failed"
+        r = row(cluster, namespace, "pin")
+        assert (r["REQUESTED"], r["RESOLVED"], r["FALLBACK"], r["PHASE"]) == ("LM_CB", "", "", "Failed")
+        time.sleep(2)
+    dep = cluster.get("deployment", "pin", namespace)
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--pipeline-type") + 1] == "LM_CB"
+
+
+def test_lm_pinned_runs_legacy(cluster, operator, namespace, runtime):
+    cluster.apply(llms("lm", {"model": pvc_model("tiny-llm"), "pipelineType": "LM"}), namespace)
+    st = wait_phase(cluster, namespace, "lm", "Ready")
+    r = row(cluster, namespace, "lm")
+    assert (r["REQUESTED"], r["RESOLVED"], r["FALLBACK"]) == ("LM", "LM", "")
+    assert st["pipeline"]["continuousBatching"] is False and st["pipeline"]["fallback"] is False
+
+
+# --------------------------------------------------------------------------- RBAC (what the chart must grant)
+
+OPERATOR_RULES = [
+    {
+        "apiGroups": ["ovserve.dev"],
+        "resources": ["llmservings"],
+        "verbs": ["get", "list", "watch", "patch", "update"],
+    },
+    {"apiGroups": ["ovserve.dev"], "resources": ["llmservings/status"], "verbs": ["get", "patch", "update"]},
+    {"apiGroups": ["ovserve.dev"], "resources": ["llmservings/finalizers"], "verbs": ["update"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments"],
+        "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["services"],
+        "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+]
+
+
+def test_operator_works_with_exactly_the_documented_rbac(cluster, crd, start_operator, namespace, tmp_path):
+    import yaml
+
+    role = f"ovserve-operator-test-{namespace}"[:63]
+    cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "operator", "namespace": namespace},
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": role},
+                "rules": OPERATOR_RULES,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}],
+            },
+        ]
+    )
+    try:
+        token = cluster.kubectl(
+            "create", "token", "operator", "-n", namespace, "--duration=1h"
+        ).stdout.strip()
+        admin = yaml.safe_load(cluster.kubeconfig.read_text())
+        kc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": admin["clusters"],
+            "users": [{"name": "operator", "user": {"token": token}}],
+            "contexts": [
+                {"name": "operator", "context": {"cluster": admin["clusters"][0]["name"], "user": "operator"}}
+            ],
+            "current-context": "operator",
+        }
+        path = tmp_path / "operator.kubeconfig"
+        path.write_text(yaml.safe_dump(kc))
+        op = start_operator("op-rbac", KUBECONFIG=str(path))
+        cluster.wait_for(
+            lambda: (op.health() or {}).get("role") == "leader", 60, "leader with the SA's rights"
+        )
+        cluster.apply(llms("rbac", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
+        cluster.wait_for(lambda: cluster.get("deployment", "rbac", namespace), 60, "Deployment created")
+        cluster.wait_for(
+            lambda: condition(status(cluster, namespace, "rbac"), "Ready").get("reason") == "Unschedulable",
+            90,
+            "status written",
+        )
+        cluster.wait_for(
+            lambda: has_event(cluster, namespace, "rbac", "Warning", "Unschedulable"), 30, "event posted"
+        )
+        cluster.kubectl("scale", "llmserving/rbac", "-n", namespace, "--replicas=0")
+        cluster.wait_for(
+            lambda: cluster.get("deployment", "rbac", namespace)["spec"]["replicas"] == 0, 60, "scaled"
+        )
+        logs = op.logs()
+        assert "403" not in logs and "Forbidden" not in logs, logs[-4000:]
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)

@@ -1,0 +1,110 @@
+"""Builders of pod dicts and runtime reports as the apiserver / runtime produce them (unit tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ovserve_operator import render
+from ovserve_runtime.report import PipelineReport, PipelineType, Reason, RuntimeReport, State
+
+PA_ERROR = (
+    "No ScaledDotProductAttention operation observed in the graph, cannot perform the "
+    "SDPAToPagedAttention transformation."
+)
+
+
+def report(
+    state: str = "ready",
+    requested: str = "AUTO",
+    resolved: str | None = "LM_CB",
+    *,
+    fallback: bool = False,
+    reason: str = "ContinuousBatching",
+    message: str = "",
+) -> RuntimeReport:
+    return RuntimeReport(
+        state=State(state),
+        model="m",
+        device="CPU",
+        pipeline=PipelineReport(
+            requested=PipelineType(requested),
+            resolved=PipelineType(resolved) if resolved else None,
+            continuousBatching=bool(resolved and resolved.endswith("_CB")),
+            fallback=fallback,
+            reason=Reason(reason),
+            message=message,
+        ),
+    )
+
+
+CB_READY = report()
+FALLBACK_READY = report(resolved="LM", fallback=True, reason="PagedAttentionNotSupported", message=PA_ERROR)
+LEGACY_READY = report(requested="LM", resolved="LM", reason="LegacyPipelineRequested")
+LOADING = report(state="loading", resolved=None, reason="Loading")
+REFUSED = report(
+    state="failed", requested="LM_CB", resolved=None, reason="PagedAttentionNotSupported", message=PA_ERROR
+)
+
+
+def pod(
+    name: str,
+    *,
+    hash: str | None = "h1",
+    phase: str = "Running",
+    ready: bool = True,
+    running: bool = True,
+    ip: str = "10.244.0.10",
+    waiting: tuple[str, str] | None = None,
+    last_terminated_message: str | None = None,
+    unschedulable: str | None = None,
+    deleting: bool = False,
+    init_failed: str | None = None,
+) -> dict[str, Any]:
+    annotations = {render.ANNOTATION_TEMPLATE_HASH: hash} if hash else {}
+    conditions: list[dict[str, Any]] = []
+    status: dict[str, Any] = {"phase": phase, "conditions": conditions}
+    if unschedulable is not None:
+        conditions.append(
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}
+        )
+        status["phase"] = "Pending"
+    else:
+        conditions.append({"type": "PodScheduled", "status": "True"})
+        conditions.append({"type": "Ready", "status": "True" if ready else "False"})
+        status["podIP"] = ip
+        state: dict[str, Any]
+        if waiting:
+            state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+        elif running:
+            state = {"running": {"startedAt": "2026-12-03T00:00:00Z"}}
+        else:
+            state = {"terminated": {"exitCode": 3, "reason": "Error"}}
+        cs: dict[str, Any] = {
+            "name": render.CONTAINER_NAME,
+            "state": state,
+            "ready": ready,
+            "restartCount": 0,
+        }
+        if last_terminated_message is not None:
+            cs["lastState"] = {
+                "terminated": {"exitCode": 3, "reason": "Error", "message": last_terminated_message}
+            }
+            cs["restartCount"] = 1
+        status["containerStatuses"] = [cs]
+        if init_failed is not None:
+            status["initContainerStatuses"] = [
+                {
+                    "name": render.INIT_CONTAINER_NAME,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 1, "message": init_failed}},
+                }
+            ]
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "ns",
+        "annotations": annotations,
+        "labels": render.labels("llm"),
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-03T00:00:00Z"
+    return {"metadata": meta, "status": status}

@@ -1,0 +1,231 @@
+"""Table-driven tests of the pure renderer (spec -> Deployment + Service)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ovserve_operator import render
+from ovserve_operator import spec as api
+from ovserve_operator.settings import Settings
+
+HOST = {"hostPath": {"path": "/var/cache/ovserve/models/tiny-llm"}}
+SETTINGS = Settings()
+
+
+def objs(spec: dict, settings: Settings = SETTINGS, name: str = "llm"):
+    typed = api.parse_spec(spec)
+    svc, dep = render.render(name, "ns", "uid-1", typed, settings)
+    return svc, dep, dep["spec"]["template"]["spec"]
+
+
+def container(pod_spec, name="runtime"):
+    return next(c for c in pod_spec["containers"] if c["name"] == name)
+
+
+def arg(args: list[str], flag: str):
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def test_owner_refs_and_labels():
+    svc, dep, _pod = objs({"model": HOST})
+    for obj in (svc, dep):
+        assert obj["metadata"]["ownerReferences"] == [
+            {
+                "apiVersion": "ovserve.dev/v1alpha1",
+                "kind": "LLMServing",
+                "name": "llm",
+                "uid": "uid-1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert obj["metadata"]["namespace"] == "ns"
+    want = {
+        "app.kubernetes.io/name": "ovserve-runtime",
+        "app.kubernetes.io/instance": "llm",
+        "app.kubernetes.io/managed-by": "ovserve-operator",
+        "app.kubernetes.io/component": "runtime",
+        "ovserve.dev/llmserving": "llm",
+    }
+    assert dep["spec"]["template"]["metadata"]["labels"] == want
+    assert dep["metadata"]["labels"] == want
+    sel = dep["spec"]["selector"]["matchLabels"]
+    assert sel.items() <= want.items() and svc["spec"]["selector"] == sel
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
+
+
+def test_runtime_container_shape():
+    _, dep, pod = objs({"model": HOST})
+    c = container(pod)
+    assert c["command"] == ["ovserve-runtime"]
+    assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert c["image"] == "localhost/ovserve:dev" and c["imagePullPolicy"] == "IfNotPresent"
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 10001
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+    assert "nodeSelector" not in pod and "resources" not in c
+    args = c["args"]
+    assert arg(args, "--model-path") == "/models/llm"
+    assert arg(args, "--served-name") == "llm"
+    assert arg(args, "--pipeline-type") == "AUTO" and arg(args, "--device") == "CPU"
+    assert arg(args, "--port") == "8000"
+    assert dep["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize(
+    "model,volume,mount",
+    [
+        (
+            HOST,
+            {
+                "name": "model",
+                "hostPath": {"path": "/var/cache/ovserve/models/tiny-llm", "type": "Directory"},
+            },
+            {"name": "model", "mountPath": "/models/llm", "readOnly": True},
+        ),
+        (
+            {"pvc": {"claimName": "models", "path": "qwen/int4"}},
+            {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}},
+            {"name": "model", "mountPath": "/models/llm", "readOnly": True, "subPath": "qwen/int4"},
+        ),
+        (
+            {"pvc": {"claimName": "models"}},
+            {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}},
+            {"name": "model", "mountPath": "/models/llm", "readOnly": True},
+        ),
+        (
+            {"huggingFace": {"repo": "OpenVINO/tiny-ov"}},
+            {"name": "model", "emptyDir": {}},
+            {"name": "model", "mountPath": "/models/llm", "readOnly": True},
+        ),
+    ],
+)
+def test_model_sources(model, volume, mount):
+    _, _, pod = objs({"model": model})
+    assert volume in pod["volumes"]
+    assert mount in container(pod)["volumeMounts"]
+    assert ("initContainers" in pod) == ("huggingFace" in model)
+
+
+def test_huggingface_token_stays_out_of_args_and_logs():
+    _, _, pod = objs(
+        {
+            "model": {
+                "huggingFace": {
+                    "repo": "org/private-ov",
+                    "revision": "v2",
+                    "tokenSecretRef": {"name": "hf", "key": "tok"},
+                }
+            }
+        }
+    )
+    init = pod["initContainers"][0]
+    assert init["name"] == "model-download"
+    assert init["command"] == ["python", "-m", "ovserve_operator.hfdownload"]
+    assert arg(init["args"], "--repo") == "org/private-ov" and arg(init["args"], "--revision") == "v2"
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "tok"}}} in init["env"]
+    assert all("hf" != a and "tok" not in a for a in init["args"])
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "model", "mountPath": "/models/llm"} in init["volumeMounts"]  # writable for the download
+    assert not any(e["name"] == "HF_TOKEN" for e in container(pod)["env"])  # runtime never sees the token
+
+
+@pytest.mark.parametrize(
+    "spec,settings,limits,node_selector",
+    [
+        (
+            {"device": "GPU"},
+            Settings(),
+            {"gpu.intel.com/i915": "1"},
+            {"intel.feature.node.kubernetes.io/gpu": "true"},
+        ),
+        (
+            {"device": "GPU"},
+            Settings(gpu_resource="gpu.intel.com/xe", gpu_node_selector={}),
+            {"gpu.intel.com/xe": "1"},
+            None,
+        ),
+        (
+            {"device": "GPU", "resources": {"limits": {"gpu.intel.com/xe": 2, "memory": "8Gi"}}},
+            Settings(),
+            {"gpu.intel.com/xe": "2", "memory": "8Gi"},
+            {"intel.feature.node.kubernetes.io/gpu": "true"},
+        ),
+        (
+            {"device": "GPU", "nodeSelector": {"zone": "a"}},
+            Settings(gpu_node_selector={"gpu": "yes", "k": "v"}),
+            {"gpu.intel.com/i915": "1"},
+            {"gpu": "yes", "k": "v", "zone": "a"},
+        ),
+        (
+            {"device": "CPU", "nodeSelector": {"zone": "a"}, "resources": {"requests": {"cpu": "500m"}}},
+            Settings(),
+            None,
+            {"zone": "a"},
+        ),
+    ],
+)
+def test_device_resources_and_node_selection(spec, settings, limits, node_selector):
+    _, _, pod = objs({"model": HOST, **spec}, settings)
+    c = container(pod)
+    assert (c.get("resources") or {}).get("limits") == limits
+    assert pod.get("nodeSelector") == node_selector
+    assert arg(c["args"], "--device") == spec["device"]
+
+
+def test_scheduler_flags_and_overrides():
+    _, dep, pod = objs(
+        {
+            "model": {**HOST, "servedName": "tiny"},
+            "pipelineType": "LM_CB",
+            "replicas": 3,
+            "image": "registry.example/ovserve:1",
+            "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            "affinity": {"nodeAffinity": {}},
+            "scheduler": {
+                "cacheSizeGB": 2,
+                "maxNumSeqs": 8,
+                "maxNumBatchedTokens": 512,
+                "enablePrefixCaching": True,
+                "dynamicSplitFuse": False,
+                "kvCachePrecision": "u8",
+            },
+        }
+    )
+    c = container(pod)
+    args = c["args"]
+    assert arg(args, "--served-name") == "tiny" and arg(args, "--pipeline-type") == "LM_CB"
+    assert arg(args, "--cache-size-gb") == "2" and arg(args, "--max-num-seqs") == "8"
+    assert arg(args, "--max-num-batched-tokens") == "512" and arg(args, "--kv-cache-precision") == "u8"
+    assert "--enable-prefix-caching" in args and "--no-dynamic-split-fuse" in args
+    assert c["image"] == "registry.example/ovserve:1"
+    assert dep["spec"]["replicas"] == 3
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert pod["affinity"] == {"nodeAffinity": {}}
+
+
+def test_template_hash_tracks_the_template_not_replicas():
+    _, a, _ = objs({"model": HOST, "replicas": 1})
+    _, b, _ = objs({"model": HOST, "replicas": 4})
+    _, c, _ = objs({"model": HOST, "pipelineType": "LM"})
+    h = lambda d: d["spec"]["template"]["metadata"]["annotations"][render.ANNOTATION_TEMPLATE_HASH]  # noqa: E731
+    assert h(a) == h(b) != h(c)
+    assert a["metadata"]["annotations"][render.ANNOTATION_TEMPLATE_HASH] == h(a)
+    assert render.template_hash(a["spec"]["template"]) == h(a)
+
+
+def test_render_is_pure_and_json_serialisable():
+    first = objs({"model": HOST})
+    second = objs({"model": HOST})
+    assert first == second
+    json.dumps(first)

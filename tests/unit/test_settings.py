@@ -1,0 +1,123 @@
+"""Operator configuration from the environment (docs/interfaces.md) and the kopf settings."""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+import pytest
+from ovserve_operator import cli
+from ovserve_operator.settings import Settings, configure_kopf, parse_selector
+
+
+@pytest.mark.parametrize(
+    "env,attr,value",
+    [
+        ({}, "watch_namespaces", ()),
+        ({"OVSERVE_WATCH_NAMESPACES": "a, b,,c"}, "watch_namespaces", ("a", "b", "c")),
+        ({"OVSERVE_WATCH_NAMESPACES": ""}, "clusterwide", True),
+        ({"OVSERVE_WATCH_NAMESPACES": "a"}, "clusterwide", False),
+        ({}, "runtime_image", "localhost/ovserve:dev"),
+        ({"OVSERVE_RUNTIME_IMAGE": "r/x:1"}, "runtime_image", "r/x:1"),
+        ({}, "runtime_image_pull_policy", "IfNotPresent"),
+        ({"OVSERVE_RUNTIME_IMAGE_PULL_POLICY": "Always"}, "runtime_image_pull_policy", "Always"),
+        ({}, "gpu_resource", "gpu.intel.com/i915"),
+        ({"OVSERVE_GPU_RESOURCE": "gpu.intel.com/xe"}, "gpu_resource", "gpu.intel.com/xe"),
+        ({}, "gpu_node_selector", {"intel.feature.node.kubernetes.io/gpu": "true"}),
+        ({"OVSERVE_GPU_NODE_SELECTOR": ""}, "gpu_node_selector", {}),
+        ({"OVSERVE_GPU_NODE_SELECTOR": "a=1, b=2"}, "gpu_node_selector", {"a": "1", "b": "2"}),
+        ({"OVSERVE_GPU_SUPPLEMENTAL_GROUPS": "109,992"}, "gpu_supplemental_groups", (109, 992)),
+        ({}, "leader_election", True),
+        ({"OVSERVE_LEADER_ELECTION": "false"}, "leader_election", False),
+        ({"OVSERVE_LEADER_ELECTION": "True"}, "leader_election", True),
+        ({}, "lease_namespace", "default"),
+        ({"POD_NAMESPACE": "ops"}, "lease_namespace", "ops"),
+        ({"POD_NAMESPACE": "ops", "OVSERVE_LEASE_NAMESPACE": "lease"}, "lease_namespace", "lease"),
+        ({}, "lease_name", "ovserve-operator"),
+        ({"OVSERVE_LEASE_NAME": "x"}, "lease_name", "x"),
+        ({"POD_NAME": "op-0"}, "identity", "op-0"),
+        ({}, "health_port", 8080),
+        ({"OVSERVE_HEALTH_PORT": "9090"}, "health_port", 9090),
+        (
+            {
+                "OVSERVE_LEASE_DURATION_SECONDS": "6",
+                "OVSERVE_LEASE_RENEW_DEADLINE_SECONDS": "4",
+                "OVSERVE_LEASE_RETRY_PERIOD_SECONDS": "1",
+            },
+            "lease_duration_s",
+            6.0,
+        ),
+        ({"OVSERVE_STATUS_INTERVAL_SECONDS": "1.5"}, "status_interval_s", 1.5),
+    ],
+)
+def test_from_env(env, attr, value):
+    assert getattr(Settings.from_env(env), attr) == value
+
+
+def test_identity_default_is_hostname_pid():
+    import os
+    import socket
+
+    assert Settings.from_env({}).identity == f"{socket.gethostname()}-{os.getpid()}"
+
+
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({"OVSERVE_LEADER_ELECTION": "maybe"}, "OVSERVE_LEADER_ELECTION"),
+        ({"OVSERVE_GPU_NODE_SELECTOR": "novalue"}, "key=value"),
+        ({"OVSERVE_HEALTH_PORT": "http"}, "OVSERVE_HEALTH_PORT"),
+        ({"OVSERVE_HEALTH_PORT": "70000"}, "out of range"),
+        ({"OVSERVE_RUNTIME_IMAGE_PULL_POLICY": "Sometimes"}, "PULL_POLICY"),
+        ({"OVSERVE_LEASE_DURATION_SECONDS": "5"}, "renew deadline"),
+        ({"OVSERVE_LEASE_RETRY_PERIOD_SECONDS": "x"}, "a number"),
+    ],
+)
+def test_from_env_errors(env, message):
+    with pytest.raises(ValueError, match=message):
+        Settings.from_env(env)
+
+
+def test_parse_selector():
+    assert parse_selector("X", "a=b,c=") == {"a": "b", "c": ""}
+
+
+def test_configure_kopf():
+    ks = kopf.OperatorSettings()
+    configure_kopf(ks, Settings(identity="op-1", watch_namespaces=("a",)))
+    assert isinstance(ks.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert isinstance(ks.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
+    assert ks.persistence.progress_storage.prefix == "ovserve.dev"
+    assert ks.persistence.diffbase_storage.prefix == "ovserve.dev"
+    assert ks.persistence.finalizer.startswith("ovserve.dev/")
+    assert ks.peering.standalone is True
+    assert ks.posting.enabled and ks.posting.level == logging.INFO and ks.posting.loggers is False
+    assert ks.posting.reporting_component == "ovserve-operator"
+    assert ks.posting.reporting_instance == "op-1"
+
+
+@pytest.mark.parametrize(
+    "argv,env,attr,value",
+    [
+        ([], {"OVSERVE_WATCH_NAMESPACES": "a,b"}, "watch_namespaces", ("a", "b")),
+        (["-n", "x", "-n", "y,z"], {"OVSERVE_WATCH_NAMESPACES": "a"}, "watch_namespaces", ("x", "y", "z")),
+        (["--all-namespaces"], {"OVSERVE_WATCH_NAMESPACES": "a"}, "clusterwide", True),
+        (["--no-leader-election"], {}, "leader_election", False),
+        (["--leader-election"], {"OVSERVE_LEADER_ELECTION": "false"}, "leader_election", True),
+        (["--health-port", "0"], {}, "health_port", 0),
+        (["--identity", "me", "--lease-name", "l", "--lease-namespace", "n"], {}, "identity", "me"),
+    ],
+)
+def test_cli_flags_override_env(argv, env, attr, value):
+    args = cli.build_parser().parse_args(argv)
+    assert getattr(cli.settings_from(args, env), attr) == value
+
+
+def test_cli_help_and_bad_config(capsys, monkeypatch):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--help"])
+    assert e.value.code == 0
+    assert "ovserve-operator" in capsys.readouterr().out
+    monkeypatch.setenv("OVSERVE_LEADER_ELECTION", "perhaps")
+    assert cli.main([]) == 2
+    assert "configuration error" in capsys.readouterr().err
