@@ -8,7 +8,9 @@ selector), so they need neither.
 from __future__ import annotations
 
 import json
+import os
 import time
+import urllib.parse
 
 import pytest
 
@@ -95,9 +97,7 @@ def test_crd_explain_and_validation(cluster, crd, namespace):
     )
     assert proc.returncode != 0 and 'Unsupported value: "CB"' in proc.stderr
 
-    proc = cluster.create(
-        llms("dotted.name", {"model": {"hostPath": {"path": "/m"}}}), namespace, check=False
-    )
+    proc = cluster.create(llms("dotted.name", {"model": {"hostPath": {"path": "/m"}}}), namespace, check=False)
     assert proc.returncode != 0 and "DNS-1035" in proc.stderr
 
     # defaults are applied by the apiserver
@@ -111,9 +111,7 @@ def test_crd_explain_and_validation(cluster, crd, namespace):
 
 def test_pods_refused_by_admission_show_a_clear_reason(cluster, operator, namespace):
     # hostPath is a dev-only source: the restricted Pod Security Standard refuses the pods
-    cluster.apply(
-        llms("hp", {"model": {"hostPath": {"path": "/var/cache/ovserve/models/tiny-llm"}}}), namespace
-    )
+    cluster.apply(llms("hp", {"model": {"hostPath": {"path": "/var/cache/ovserve/models/tiny-llm"}}}), namespace)
     st = wait_phase(cluster, namespace, "hp", "Failed", 90)
     ready = condition(st, "Ready")
     assert ready["reason"] == "FailedCreate"
@@ -216,8 +214,7 @@ def test_children_scale_rollout_and_gc(cluster, operator, namespace):
     cluster.kubectl("delete", "llmserving", "ctl", "-n", namespace, "--wait=true", timeout=60)
     cluster.wait_for(
         lambda: (
-            cluster.get("deployment", "ctl", namespace) is None
-            and cluster.get("service", "ctl", namespace) is None
+            cluster.get("deployment", "ctl", namespace) is None and cluster.get("service", "ctl", namespace) is None
         ),
         90,
         "children garbage-collected",
@@ -281,9 +278,7 @@ def test_leader_election_two_replicas_failover(cluster, start_operator, namespac
     cluster.wait_for(lambda: (c.health() or {}).get("role") == "standby", 60, "op-c standby")
     assert b.stop() == 0
     t0 = time.monotonic()
-    cluster.wait_for(
-        lambda: (c.health() or {}).get("role") == "leader", 30, "op-c to take over after release"
-    )
+    cluster.wait_for(lambda: (c.health() or {}).get("role") == "leader", 30, "op-c to take over after release")
     assert time.monotonic() - t0 < 6  # faster than the lease duration: it was released
 
 
@@ -468,9 +463,7 @@ def test_operator_works_with_exactly_the_documented_rbac(cluster, crd, start_ope
         ]
     )
     try:
-        token = cluster.kubectl(
-            "create", "token", "operator", "-n", namespace, "--duration=1h"
-        ).stdout.strip()
+        token = cluster.kubectl("create", "token", "operator", "-n", namespace, "--duration=1h").stdout.strip()
         admin = yaml.safe_load(cluster.kubeconfig.read_text())
         kc = {
             "apiVersion": "v1",
@@ -485,9 +478,7 @@ def test_operator_works_with_exactly_the_documented_rbac(cluster, crd, start_ope
         path = tmp_path / "operator.kubeconfig"
         path.write_text(yaml.safe_dump(kc))
         op = start_operator("op-rbac", KUBECONFIG=str(path))
-        cluster.wait_for(
-            lambda: (op.health() or {}).get("role") == "leader", 60, "leader with the SA's rights"
-        )
+        cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader with the SA's rights")
         cluster.apply(llms("rbac", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
         cluster.wait_for(lambda: cluster.get("deployment", "rbac", namespace), 60, "Deployment created")
         cluster.wait_for(
@@ -495,14 +486,91 @@ def test_operator_works_with_exactly_the_documented_rbac(cluster, crd, start_ope
             90,
             "status written",
         )
-        cluster.wait_for(
-            lambda: has_event(cluster, namespace, "rbac", "Warning", "Unschedulable"), 30, "event posted"
-        )
+        cluster.wait_for(lambda: has_event(cluster, namespace, "rbac", "Warning", "Unschedulable"), 30, "event posted")
         cluster.kubectl("scale", "llmserving/rbac", "-n", namespace, "--replicas=0")
-        cluster.wait_for(
-            lambda: cluster.get("deployment", "rbac", namespace)["spec"]["replicas"] == 0, 60, "scaled"
-        )
+        cluster.wait_for(lambda: cluster.get("deployment", "rbac", namespace)["spec"]["replicas"] == 0, 60, "scaled")
         logs = op.logs()
         assert "403" not in logs and "Forbidden" not in logs, logs[-4000:]
     finally:
         cluster.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)
+
+
+# --------------------------------------------------------------------------- Hugging Face source (fake hub)
+
+
+@pytest.fixture
+def fake_hub(tiny_models):
+    """A Hub stand-in in the test process (inside the cluster netns, reachable from pods via the node IP):
+    serves tiny-llm as repo ovserve-test/tiny-llm, only with the right bearer token."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    root = tiny_models / "tiny-llm"
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    token = "hf_e2e_" + os.urandom(8).hex()
+    seen: list[tuple[str, bool]] = []
+
+    class Hub(BaseHTTPRequestHandler):
+        def do_GET(self):
+            ok = self.headers.get("Authorization") == f"Bearer {token}"
+            seen.append((self.path, ok))
+            if not ok:
+                self.send_response(401)
+                self.end_headers()
+                return
+            if self.path == "/api/models/ovserve-test/tiny-llm/revision/main":
+                body = json.dumps({"siblings": [{"rfilename": f} for f in files]}).encode()
+            elif self.path.startswith("/ovserve-test/tiny-llm/resolve/main/"):
+                rel = urllib.parse.unquote(self.path.removeprefix("/ovserve-test/tiny-llm/resolve/main/"))
+                if rel not in files:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                body = (root / rel).read_bytes()
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("0.0.0.0", 0), Hub)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield {"endpoint": f"http://10.245.0.1:{srv.server_address[1]}", "token": token, "seen": seen}
+    srv.shutdown()
+
+
+def test_huggingface_source_downloads_with_the_token_secret(
+    cluster, start_operator, namespace, project_image, fake_hub
+):
+    cluster.kubectl("create", "secret", "generic", "hf", "-n", namespace, f"--from-literal=token={fake_hub['token']}")
+    op = start_operator("op-hf", OVSERVE_HF_ENDPOINT=fake_hub["endpoint"])
+    cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader")
+    cluster.apply(
+        llms("hf", {"model": {"huggingFace": {"repo": "ovserve-test/tiny-llm", "tokenSecretRef": {"name": "hf"}}}}),
+        namespace,
+    )
+    st = wait_phase(cluster, namespace, "hf", "Ready", 300)
+    assert st["pipeline"]["resolved"] == "LM_CB"
+    assert all(ok for _, ok in fake_hub["seen"]) and fake_hub["seen"]
+    pod = cluster.get("pods", namespace=namespace)["items"][0]
+    init = pod["spec"]["initContainers"][0]
+    assert fake_hub["token"] not in json.dumps(pod["spec"])  # only a secretKeyRef, never the value
+    assert fake_hub["token"] not in cluster.logs(pod["metadata"]["name"], namespace, init["name"])
+
+
+def test_children_deleted_by_hand_come_back(cluster, operator, namespace):
+    cluster.apply(llms("drift", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
+    uid = cluster.wait_for(lambda: cluster.get("deployment", "drift", namespace), 60, "Deployment")["metadata"]["uid"]
+    cluster.kubectl("delete", "deployment", "drift", "-n", namespace)
+    back = cluster.wait_for(
+        lambda: (d := cluster.get("deployment", "drift", namespace)) and d["metadata"]["uid"] != uid and d,
+        90,
+        "the Deployment re-applied",
+    )
+    assert back["metadata"]["ownerReferences"][0]["name"] == "drift"

@@ -86,9 +86,7 @@ def pod(
             "restartCount": 0,
         }
         if last_terminated_message is not None:
-            cs["lastState"] = {
-                "terminated": {"exitCode": 3, "reason": "Error", "message": last_terminated_message}
-            }
+            cs["lastState"] = {"terminated": {"exitCode": 3, "reason": "Error", "message": last_terminated_message}}
             cs["restartCount"] = 1
         status["containerStatuses"] = [cs]
         if init_failed is not None:

@@ -30,9 +30,7 @@ def test_checked_in_crd_matches_the_model():
 
 
 def test_check_flag():
-    proc = subprocess.run(
-        [sys.executable, "-m", "ovserve_operator.crd", "--check"], capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, "-m", "ovserve_operator.crd", "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 

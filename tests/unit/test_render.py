@@ -138,6 +138,9 @@ def test_huggingface_token_stays_out_of_args_and_logs():
     assert init["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"name": "model", "mountPath": "/models/llm"} in init["volumeMounts"]  # writable for the download
     assert not any(e["name"] == "HF_TOKEN" for e in container(pod)["env"])  # runtime never sees the token
+    assert not any(e["name"] == "HF_ENDPOINT" for e in init["env"])
+    _, _, pod2 = objs({"model": {"huggingFace": {"repo": "org/m"}}}, Settings(hf_endpoint="http://mirror"))
+    assert {"name": "HF_ENDPOINT", "value": "http://mirror"} in pod2["initContainers"][0]["env"]
 
 
 @pytest.mark.parametrize(

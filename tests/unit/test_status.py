@@ -28,12 +28,9 @@ def spec(pipeline: str = "AUTO", replicas: int = 1, device: str = "CPU") -> api.
     )
 
 
-def compute(
-    pods, reports, *, pipeline="AUTO", replicas=1, previous=None, now=NOW, generation=3, desired_hash="h1"
-):
+def compute(pods, reports, *, pipeline="AUTO", replicas=1, previous=None, now=NOW, generation=3, desired_hash="h1"):
     readings = {
-        name: Reading(r, "http" if r and r.state != "failed" else "terminationMessage")
-        for name, r in reports.items()
+        name: Reading(r, "http" if r and r.state != "failed" else "terminationMessage") for name, r in reports.items()
     }
     return st.compute(
         name="llm",

@@ -1,0 +1,146 @@
+"""The few Kubernetes API calls the operator makes itself (kopf does the watching).
+
+Plain dicts in and out, through kubernetes' DynamicClient: server-side apply of children, merge
+patches of the status subresource, Lease get/create/replace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from . import spec as api
+from .settings import FIELD_MANAGER
+
+log = logging.getLogger(__name__)
+
+_TIMEOUT = 10
+
+
+def load_config() -> Any:
+    """ApiClient from the in-cluster service account, else KUBECONFIG / ~/.kube/config."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+class Kube:
+    def __init__(self, api_client: Any = None) -> None:
+        from kubernetes import dynamic
+        from kubernetes.dynamic import exceptions
+
+        self.api_client = api_client or load_config()
+        self.dyn = dynamic.DynamicClient(self.api_client)
+        self.errors = exceptions
+        self._resources: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def resource(self, api_version: str, kind: str) -> Any:
+        key = (api_version, kind)
+        with self._lock:
+            if key not in self._resources:
+                self._resources[key] = self.dyn.resources.get(api_version=api_version, kind=kind)
+            return self._resources[key]
+
+    def warm_up(self) -> None:
+        for av, kind in (
+            ("apps/v1", "Deployment"),
+            ("v1", "Service"),
+            ("coordination.k8s.io/v1", "Lease"),
+            (api.API_VERSION, api.KIND),
+        ):
+            self.resource(av, kind)
+
+    # -------------------------------------------------------------------------------- children
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply with our field manager (force: the operator owns these fields)."""
+        res = self.resource(obj["apiVersion"], obj["kind"])
+        out = self.dyn.server_side_apply(
+            res,
+            body=obj,
+            namespace=obj["metadata"].get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+            _request_timeout=_TIMEOUT,
+        )
+        return out.to_dict()
+
+    # -------------------------------------------------------------------------------- status
+    def patch_status(self, namespace: str, name: str, status_patch: dict[str, Any]) -> None:
+        res = self.resource(api.API_VERSION, api.KIND).subresources["status"]
+        self.dyn.patch(
+            res,
+            body={"status": status_patch},
+            name=name,
+            namespace=namespace,
+            content_type="application/merge-patch+json",
+            field_manager=FIELD_MANAGER,
+            _request_timeout=_TIMEOUT,
+        )
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self.dyn.create(self.resource("v1", "Event"), body=body, namespace=namespace, _request_timeout=_TIMEOUT)
+
+    # -------------------------------------------------------------------------------- lease
+    def get_lease(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.dyn.get(
+                self.resource("coordination.k8s.io/v1", "Lease"),
+                name=name,
+                namespace=namespace,
+                _request_timeout=5,
+            ).to_dict()
+        except self.errors.NotFoundError:
+            return None
+
+    def create_lease(self, namespace: str, body: dict) -> None:
+        self.dyn.create(
+            self.resource("coordination.k8s.io/v1", "Lease"),
+            body=body,
+            namespace=namespace,
+            _request_timeout=5,
+        )
+
+    def replace_lease(self, namespace: str, name: str, body: dict) -> None:
+        self.dyn.replace(
+            self.resource("coordination.k8s.io/v1", "Lease"),
+            body=body,
+            name=name,
+            namespace=namespace,
+            _request_timeout=5,
+        )
+
+
+class LeaseAdapter:
+    """`LeaderElector`'s client interface over Kube."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    def get(self, namespace: str, name: str) -> dict | None:
+        return self.kube.get_lease(namespace, name)
+
+    def create(self, namespace: str, body: dict) -> None:
+        self.kube.create_lease(namespace, body)
+
+    def replace(self, namespace: str, name: str, body: dict) -> None:
+        self.kube.replace_lease(namespace, name, body)
+
+    def is_conflict(self, exc: BaseException) -> bool:
+        return isinstance(exc, (self.kube.errors.ConflictError, self.kube.errors.UnprocessibleEntityError))
+
+
+def error_text(exc: BaseException) -> str:
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            return json.loads(body).get("message", str(exc))
+        except (ValueError, AttributeError):
+            pass
+    return str(exc)

@@ -1,0 +1,334 @@
+"""Pure rendering: LLMServing spec -> the Deployment and Service that run the runtime.
+
+No I/O here; handlers apply the result with server-side apply. Every pod template carries a hash of
+itself (annotation ovserve.dev/template-hash) so that status can tell up-to-date pods from old ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from ovserve_runtime.report import PipelineType
+
+from . import spec as api
+from .settings import Settings
+
+CONTAINER_NAME = "runtime"
+INIT_CONTAINER_NAME = "model-download"
+PORT = 8000
+PORT_NAME = "http"
+RUNTIME_UID = 10001
+MODELS_ROOT = "/models"
+TERMINATION_LOG = "/dev/termination-log"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_OWNER = "ovserve.dev/llmserving"
+MANAGED_BY = "ovserve-operator"
+ANNOTATION_TEMPLATE_HASH = "ovserve.dev/template-hash"
+HF_TOKEN_ENV = "HF_TOKEN"
+
+
+def labels(name: str) -> dict[str, str]:
+    return {
+        LABEL_NAME: "ovserve-runtime",
+        LABEL_INSTANCE: name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: "runtime",
+        LABEL_OWNER: name,
+    }
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    return {LABEL_OWNER: name, LABEL_COMPONENT: "runtime"}
+
+
+def selector_string(name: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+
+
+def endpoint(name: str, namespace: str) -> str:
+    return f"http://{name}.{namespace}.svc:{PORT}/v3"
+
+
+def model_path(name: str) -> str:
+    return f"{MODELS_ROOT}/{name}"
+
+
+def owner_reference(name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(name: str, namespace: str, uid: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels(name),
+        "ownerReferences": [owner_reference(name, uid)],
+    }
+
+
+def runtime_args(name: str, spec: api.LLMServingSpec) -> list[str]:
+    args = [
+        "--model-path",
+        model_path(name),
+        "--served-name",
+        spec.model.servedName or name,
+        "--pipeline-type",
+        str(spec.pipelineType),
+        "--device",
+        str(spec.device),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(PORT),
+        "--termination-log",
+        TERMINATION_LOG,
+    ]
+    sched = spec.scheduler
+    if sched is not None:
+        if sched.cacheSizeGB is not None:
+            args += ["--cache-size-gb", str(sched.cacheSizeGB)]
+        if sched.maxNumSeqs is not None:
+            args += ["--max-num-seqs", str(sched.maxNumSeqs)]
+        if sched.maxNumBatchedTokens is not None:
+            args += ["--max-num-batched-tokens", str(sched.maxNumBatchedTokens)]
+        if sched.enablePrefixCaching:
+            args += ["--enable-prefix-caching"]
+        if sched.dynamicSplitFuse is not None:
+            args += ["--dynamic-split-fuse" if sched.dynamicSplitFuse else "--no-dynamic-split-fuse"]
+        if sched.kvCachePrecision is not None:
+            args += ["--kv-cache-precision", str(sched.kvCachePrecision)]
+    return args
+
+
+def container_security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUNTIME_UID,
+        "runAsGroup": RUNTIME_UID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _resources(spec: api.LLMServingSpec, settings: Settings) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    if spec.resources is not None:
+        if spec.resources.requests:
+            res["requests"] = {k: str(v) for k, v in spec.resources.requests.items()}
+        if spec.resources.limits:
+            res["limits"] = {k: str(v) for k, v in spec.resources.limits.items()}
+    if spec.device == api.Device.GPU:
+        limits = res.setdefault("limits", {})
+        if not any(k.startswith("gpu.intel.com/") for k in limits):
+            limits[settings.gpu_resource] = "1"
+    return res
+
+
+def _model_volume(name: str, spec: api.LLMServingSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, volumeMount of the runtime container)."""
+    src = spec.model
+    mount: dict[str, Any] = {"name": "model", "mountPath": model_path(name), "readOnly": True}
+    if src.hostPath is not None:
+        volume = {"name": "model", "hostPath": {"path": src.hostPath.path, "type": "Directory"}}
+    elif src.pvc is not None:
+        volume = {
+            "name": "model",
+            "persistentVolumeClaim": {"claimName": src.pvc.claimName, "readOnly": True},
+        }
+        if src.pvc.path:
+            mount["subPath"] = src.pvc.path
+    elif src.huggingFace is not None:
+        volume = {"name": "model", "emptyDir": {}}
+    else:  # the CRD's CEL rule refuses this; keep the renderer total anyway
+        raise ValueError("spec.model: exactly one of pvc, hostPath, huggingFace must be set")
+    return volume, mount
+
+
+def _download_init_container(
+    name: str, spec: api.LLMServingSpec, image: str, pull_policy: str, settings: Settings
+) -> dict[str, Any]:
+    hf = spec.model.huggingFace
+    assert hf is not None
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
+    if settings.hf_endpoint:
+        env.append({"name": "HF_ENDPOINT", "value": settings.hf_endpoint})
+    if hf.tokenSecretRef is not None:
+        # The token reaches the process as an env var only: never an argument, never logged.
+        env.append(
+            {
+                "name": HF_TOKEN_ENV,
+                "valueFrom": {"secretKeyRef": {"name": hf.tokenSecretRef.name, "key": hf.tokenSecretRef.key}},
+            }
+        )
+    return {
+        "name": INIT_CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        "command": ["python", "-m", "ovserve_operator.hfdownload"],
+        "args": ["--repo", hf.repo, "--revision", hf.revision, "--dest", model_path(name)],
+        "env": env,
+        "securityContext": container_security_context(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            {"name": "model", "mountPath": model_path(name)},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+
+
+def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dict[str, Any]:
+    image = spec.image or settings.runtime_image
+    pull_policy = settings.runtime_image_pull_policy
+    volume, model_mount = _model_volume(name, spec)
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        "command": ["ovserve-runtime"],
+        "args": runtime_args(name, spec),
+        "env": [
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
+        "startupProbe": {
+            "httpGet": {"path": "/v2/health/live", "port": PORT_NAME},
+            "periodSeconds": 2,
+            "failureThreshold": 150,
+            "timeoutSeconds": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/v2/health/live", "port": PORT_NAME},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+            "timeoutSeconds": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/v2/health/ready", "port": PORT_NAME},
+            "periodSeconds": 2,
+            "failureThreshold": 3,
+            "timeoutSeconds": 2,
+        },
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": container_security_context(),
+        "volumeMounts": [model_mount, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    resources = _resources(spec, settings)
+    if resources:
+        container["resources"] = resources
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNTIME_UID,
+            "runAsGroup": RUNTIME_UID,
+            "fsGroup": RUNTIME_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [volume, {"name": "tmp", "emptyDir": {}}],
+        "terminationGracePeriodSeconds": 30,
+    }
+    if spec.model.huggingFace is not None:
+        pod_spec["initContainers"] = [_download_init_container(name, spec, image, pull_policy, settings)]
+    node_selector: dict[str, str] = {}
+    if spec.device == api.Device.GPU:
+        node_selector.update(settings.gpu_node_selector)
+        if settings.gpu_supplemental_groups:
+            pod_spec["securityContext"]["supplementalGroups"] = list(settings.gpu_supplemental_groups)
+    node_selector.update(spec.nodeSelector or {})
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if spec.tolerations:
+        pod_spec["tolerations"] = copy.deepcopy(spec.tolerations)
+    if spec.affinity:
+        pod_spec["affinity"] = copy.deepcopy(spec.affinity)
+    template: dict[str, Any] = {"metadata": {"labels": labels(name)}, "spec": pod_spec}
+    template["metadata"]["annotations"] = {ANNOTATION_TEMPLATE_HASH: template_hash(template)}
+    return template
+
+
+def template_hash(template: dict[str, Any]) -> str:
+    """Hash of a pod template without its own hash annotation."""
+    t = copy.deepcopy(template)
+    meta = t.get("metadata") or {}
+    annotations = meta.get("annotations")
+    if annotations is not None:
+        annotations.pop(ANNOTATION_TEMPLATE_HASH, None)
+        if not annotations:
+            meta.pop("annotations")
+    blob = json.dumps(t, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def render_deployment(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> dict:
+    template = pod_template(name, spec, settings)
+    meta = _metadata(name, namespace, uid)
+    meta["annotations"] = {ANNOTATION_TEMPLATE_HASH: template["metadata"]["annotations"][ANNOTATION_TEMPLATE_HASH]}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": spec.replicas,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector_labels(name)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": template,
+        },
+    }
+
+
+def render_service(name: str, namespace: str, uid: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(name, namespace, uid),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(name),
+            "ports": [{"name": PORT_NAME, "port": PORT, "targetPort": PORT_NAME, "protocol": "TCP"}],
+        },
+    }
+
+
+def render(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> list[dict]:
+    """All desired child objects, in apply order."""
+    return [render_service(name, namespace, uid), render_deployment(name, namespace, uid, spec, settings)]
+
+
+__all__ = [
+    "ANNOTATION_TEMPLATE_HASH",
+    "CONTAINER_NAME",
+    "LABEL_OWNER",
+    "PORT",
+    "PipelineType",
+    "endpoint",
+    "labels",
+    "pod_template",
+    "render",
+    "render_deployment",
+    "render_service",
+    "runtime_args",
+    "selector_labels",
+    "selector_string",
+    "template_hash",
+]

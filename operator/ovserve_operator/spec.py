@@ -1,0 +1,307 @@
+"""The typed LLMServing API: the single source of truth for the CRD's spec AND status schema.
+
+`crd.py` turns these models into the structural OpenAPI schema checked in under crds/; the operator
+validates every object it handles with them, and the status it writes is an `LLMServingStatus`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from ovserve_runtime.report import PipelineType
+from pydantic import BaseModel, ConfigDict, Field
+
+GROUP = "ovserve.dev"
+VERSION = "v1alpha1"
+KIND = "LLMServing"
+PLURAL = "llmservings"
+SINGULAR = "llmserving"
+SHORT_NAMES = ["llms"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# metav1.Condition.reason
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class Device(StrEnum):
+    """Where the runtime runs. GPU means an Intel GPU requested through its device plugin."""
+
+    CPU = "CPU"
+    GPU = "GPU"
+
+
+class KVCachePrecision(StrEnum):
+    u8 = "u8"
+    u4 = "u4"
+    i8 = "i8"
+    f16 = "f16"
+    bf16 = "bf16"
+    f32 = "f32"
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    LOADING = "Loading"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class _Strict(BaseModel):
+    # Unknown fields are pruned by the apiserver anyway; refuse them here so tests catch typos.
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+# --------------------------------------------------------------------------------------------- spec
+
+
+class PVCSource(_Strict):
+    """A model directory on a PersistentVolumeClaim in the same namespace (mounted read-only)."""
+
+    claimName: str = Field(..., min_length=1, description="Name of the PersistentVolumeClaim.")
+    path: str = Field(
+        "",
+        description="Directory inside the claim holding the OpenVINO IR model (subPath); empty = the root.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!self.startsWith('/') && !self.contains('..')",
+                    "message": "path must be relative to the claim and must not contain '..'",
+                }
+            ]
+        },
+    )
+
+
+class HostPathSource(_Strict):
+    """A model directory on the node (development clusters only; mounted read-only)."""
+
+    path: str = Field(
+        ...,
+        min_length=1,
+        pattern=r"^/",
+        description="Absolute directory on the node holding the OpenVINO IR model.",
+    )
+
+
+class SecretKeySelector(_Strict):
+    """A key of a Secret in the same namespace."""
+
+    name: str = Field(..., min_length=1, description="Name of the Secret.")
+    key: str = Field("token", min_length=1, description="Key inside the Secret.")
+
+
+class HuggingFaceSource(_Strict):
+    """An OpenVINO IR model repository on the Hugging Face Hub, downloaded by an init container."""
+
+    repo: str = Field(
+        ...,
+        min_length=1,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$",
+        description="Repository id, e.g. OpenVINO/Qwen2.5-0.5B-Instruct-int4-ov.",
+    )
+    revision: str = Field("main", min_length=1, description="Branch, tag or commit to download.")
+    tokenSecretRef: SecretKeySelector | None = Field(
+        None,
+        description="Secret key holding a Hub token for gated or private repositories. "
+        "Passed to the init container as an environment variable, never as an argument.",
+    )
+
+
+class ModelSource(_Strict):
+    """Where the model comes from: exactly one of pvc, hostPath, huggingFace."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.pvc), has(self.hostPath), has(self.huggingFace)].filter(x, x).size() == 1",
+                    "message": "exactly one of model.pvc, model.hostPath, model.huggingFace must be set",
+                }
+            ]
+        }
+    )
+
+    pvc: PVCSource | None = Field(None, description="Model on a PersistentVolumeClaim.")
+    hostPath: HostPathSource | None = Field(None, description="Model in a directory of the node (dev only).")
+    huggingFace: HuggingFaceSource | None = Field(None, description="Model downloaded from the Hugging Face Hub.")
+    servedName: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        description="Model name served by the OpenAI-compatible API (`model` field). Default: metadata.name.",
+    )
+
+
+class SchedulerConfig(_Strict):
+    """Continuous-batching scheduler (openvino_genai.SchedulerConfig); used only by *_CB pipelines."""
+
+    cacheSizeGB: int | None = Field(
+        None, ge=0, description="KV-cache size in GB; 0 lets the runtime pick (from free memory)."
+    )
+    maxNumSeqs: int | None = Field(None, ge=1, description="Maximum number of sequences scheduled at once.")
+    maxNumBatchedTokens: int | None = Field(None, ge=1, description="Maximum number of tokens per scheduler step.")
+    enablePrefixCaching: bool | None = Field(None, description="Reuse the KV cache of common prompt prefixes.")
+    dynamicSplitFuse: bool | None = Field(None, description="Split long prompts across scheduler steps.")
+    kvCachePrecision: KVCachePrecision | None = Field(None, description="KV-cache element precision.")
+
+
+_INT_OR_STRING = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
+
+
+class ResourceRequirements(_Strict):
+    """Compute resources of the runtime container (core/v1 ResourceRequirements, requests and limits)."""
+
+    requests: dict[str, int | str] | None = Field(
+        None,
+        description="Minimum resources, e.g. {cpu: '2', memory: 4Gi}.",
+        json_schema_extra={"additionalProperties": _INT_OR_STRING},
+    )
+    limits: dict[str, int | str] | None = Field(
+        None,
+        description="Maximum resources. For device GPU the operator adds the Intel GPU resource (1) "
+        "unless a gpu.intel.com/* limit is given here.",
+        json_schema_extra={"additionalProperties": _INT_OR_STRING},
+    )
+
+
+_PRESERVE = {"x-kubernetes-preserve-unknown-fields": True}
+
+
+class LLMServingSpec(_Strict):
+    """Desired state of an LLMServing: a model served by the ovserve runtime (OpenVINO GenAI)."""
+
+    model: ModelSource = Field(..., description="The model to serve.")
+    pipelineType: PipelineType = Field(
+        PipelineType.AUTO,
+        description="Pipeline to run, as in OpenVINO Model Server. AUTO: continuous batching (LM_CB/VLM_CB) "
+        "when the model supports PagedAttention, else the legacy pipeline (LM/VLM) with status.pipeline."
+        "fallback=true. LM_CB/VLM_CB pinned: never downgraded; the serving fails instead. LM/VLM: legacy.",
+    )
+    device: Device = Field(Device.CPU, description="CPU, or GPU (Intel GPU through its device plugin).")
+    replicas: int = Field(1, ge=0, le=1000, description="Number of runtime pods (scale subresource).")
+    resources: ResourceRequirements | None = Field(None, description="Resources of the runtime container.")
+    nodeSelector: dict[str, str] | None = Field(
+        None, description="Node labels the runtime pods must match (added to the GPU node selector)."
+    )
+    tolerations: list[dict[str, Any]] | None = Field(
+        None,
+        description="core/v1 Tolerations of the runtime pods.",
+        json_schema_extra={"items": {"type": "object", **_PRESERVE}},
+    )
+    affinity: dict[str, Any] | None = Field(
+        None, description="core/v1 Affinity of the runtime pods.", json_schema_extra=_PRESERVE
+    )
+    image: str | None = Field(None, min_length=1, description="Runtime image override (default: operator setting).")
+    scheduler: SchedulerConfig | None = Field(None, description="Continuous-batching scheduler settings.")
+
+
+# ------------------------------------------------------------------------------------------- status
+
+
+class Condition(BaseModel):
+    """metav1.Condition."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = Field(..., max_length=316, description="Condition type: Ready, PipelineResolved or Fallback.")
+    status: ConditionStatus = Field(..., description="True, False or Unknown.")
+    observedGeneration: int | None = Field(
+        None, ge=0, description="metadata.generation the condition was computed from."
+    )
+    lastTransitionTime: str = Field(
+        ..., description="When status last changed (RFC 3339).", json_schema_extra={"format": "date-time"}
+    )
+    reason: str = Field(..., min_length=1, max_length=1024, pattern=REASON_PATTERN, description="CamelCase reason.")
+    message: str = Field("", max_length=32768, description="Human-readable details.")
+
+
+class PipelineStatus(BaseModel):
+    """The pipeline the runtime pods actually run, as they report it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    requested: PipelineType = Field(PipelineType.AUTO, description="spec.pipelineType.")
+    resolved: str | None = Field(
+        None,
+        description="LM, LM_CB, VLM or VLM_CB as reported by the runtime; several comma-separated values "
+        "when pods disagree (e.g. mid-rollout); empty until a pod has resolved.",
+    )
+    continuousBatching: bool = Field(False, description="True when a continuous-batching pipeline runs.")
+    fallback: bool = Field(False, description="True when AUTO fell back to the legacy pipeline.")
+    fallbackReason: str | None = Field(
+        None, description="The reason of the fallback (e.g. PagedAttentionNotSupported); empty when none."
+    )
+    reason: str = Field("Loading", description="Why the pipeline is what it is (or why it failed).")
+    message: str = Field("", description="Details, e.g. the original PagedAttention error.")
+
+
+class LLMServingStatus(BaseModel):
+    """Observed state, recomputed from the runtime pods and their reports (never latched)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    observedGeneration: int | None = Field(None, description="metadata.generation this status reflects.")
+    phase: Phase = Field(Phase.PENDING, description="Pending, Loading, Ready or Failed (display; see conditions).")
+    pipeline: PipelineStatus = Field(default_factory=PipelineStatus, description="Requested and resolved pipeline.")
+    replicas: int = Field(0, ge=0, description="Runtime pods that exist (not terminating).")
+    readyReplicas: int = Field(0, ge=0, description="Up-to-date pods whose runtime reports ready.")
+    readyDisplay: str = Field("0/0", description="readyReplicas/spec.replicas, for the READY column.")
+    selector: str = Field("", description="Label selector of the runtime pods (scale subresource).")
+    endpoint: str | None = Field(None, description="Cluster URL of the OpenAI-compatible API (…/v3).")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, PipelineResolved, Fallback (metav1.Condition).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+class LLMServing(BaseModel):
+    """An LLM served by the ovserve runtime; reports which pipeline really runs."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    apiVersion: str = API_VERSION
+    kind: str = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: LLMServingSpec
+    status: LLMServingStatus | None = None
+
+
+def parse_spec(spec: dict[str, Any]) -> LLMServingSpec:
+    """Validate a spec dict (as kopf hands it) into the typed model; raises pydantic.ValidationError."""
+    return LLMServingSpec.model_validate(dict(spec))
+
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "REASON_PATTERN",
+    "VERSION",
+    "Condition",
+    "ConditionStatus",
+    "Device",
+    "HostPathSource",
+    "HuggingFaceSource",
+    "KVCachePrecision",
+    "LLMServing",
+    "LLMServingSpec",
+    "LLMServingStatus",
+    "ModelSource",
+    "PVCSource",
+    "Phase",
+    "PipelineStatus",
+    "PipelineType",
+    "ResourceRequirements",
+    "SchedulerConfig",
+    "SecretKeySelector",
+    "parse_spec",
+]
