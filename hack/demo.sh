@@ -17,15 +17,40 @@ for ns in ovserve-system demo; do
 done
 log "installing the operator (helm upgrade --install ovserve charts/ovserve)"
 H upgrade --install ovserve "$root/charts/ovserve" -n ovserve-system \
-  --set image.repository=localhost/ovserve --set image.tag=dev --set image.pullPolicy=IfNotPresent --wait --timeout 5m
+  --set image.repository=localhost/ovserve --set image.tag=dev --set image.pullPolicy=IfNotPresent \
+  --set "watchNamespaces={demo}" --set-string "podAnnotations.ovserve\.dev/image-input=$("$here/images.sh" key)" \
+  --wait --timeout 5m   # the annotation rolls the operator when the dev image was rebuilt under the same tag
 
+# The restricted Pod Security level forbids hostPath volumes in pods: the models reach the pods through a
+# local PersistentVolume instead, as a platform team would provide them.
+K apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: ovserve-demo-models}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadOnlyMany]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ovserve-demo
+  hostPath: {path: $OVSERVE_MODELS, type: Directory}
+  claimRef: {namespace: demo, name: models}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: models, namespace: demo}
+spec:
+  accessModes: [ReadOnlyMany]
+  storageClassName: ovserve-demo
+  resources: {requests: {storage: 1Gi}}
+  volumeName: ovserve-demo-models
+EOF
 for name in tiny-llm tiny-llm-nosdpa; do
   K apply -n demo -f - >/dev/null <<EOF
 apiVersion: ovserve.dev/v1alpha1
 kind: LLMServing
 metadata: {name: $name}
 spec:
-  model: {hostPath: {path: $OVSERVE_MODELS/$name}}
+  model: {pvc: {claimName: models, path: $name}}
   pipelineType: AUTO
 EOF
 done
@@ -37,7 +62,7 @@ done
 K get llmserving -n demo
 ip=$(K get service tiny-llm -n demo -o jsonpath='{.spec.clusterIP}')
 log "POST http://$ip:8000/v3/chat/completions (inside the cluster network)"
-"$here/cluster.sh" exec curl -s "http://$ip:8000/v3/chat/completions" -H 'Content-Type: application/json' \
+"$here/cluster.sh" exec curl -sS --retry 10 --retry-connrefused --retry-delay 2 "http://$ip:8000/v3/chat/completions" -H 'Content-Type: application/json' \
   -d '{"model":"tiny-llm","messages":[{"role":"user","content":"hello"}],"max_tokens":8}'
 echo
 log "explore: hack/cluster.sh kubectl get llms -A; hack/cluster.sh kubectl describe llms -n demo; stop: make down"

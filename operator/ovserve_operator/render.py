@@ -213,11 +213,13 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
             "failureThreshold": 150,
             "timeoutSeconds": 2,
         },
+        # Lenient: on a saturated node a model load can starve the HTTP loop for seconds; a liveness kill
+        # then restarts the load and makes it worse (seen on the 2-core test node).
         "livenessProbe": {
             "httpGet": {"path": "/v2/health/live", "port": PORT_NAME},
             "periodSeconds": 10,
-            "failureThreshold": 3,
-            "timeoutSeconds": 3,
+            "failureThreshold": 6,
+            "timeoutSeconds": 5,
         },
         "readinessProbe": {
             "httpGet": {"path": "/v2/health/ready", "port": PORT_NAME},
