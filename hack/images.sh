@@ -32,12 +32,12 @@ import() {
 
 pause() {
   local key; key=$(sha256sum "$here/pause/pause.c" | cut -c1-16)
-  if ! have localhost/pause:1 || [ "$(buildah inspect -f '{{index .ImageAnnotations "ovserve.dev/input"}}' localhost/pause:1 2>/dev/null)" != "$key" ]; then
+  if ! have localhost/pause:1 || [ "$(buildah inspect -f '{{index .OCIv1.Config.Labels "ovserve.dev/input"}}' localhost/pause:1 2>/dev/null)" != "$key" ]; then
     log "building localhost/pause:1"
     gcc -static -Os -o "$IMG_CACHE/pause" "$here/pause/pause.c"
     local c; c=$(buildah from scratch)
     buildah copy -q "$c" "$IMG_CACHE/pause" /pause >/dev/null
-    buildah config --entrypoint '["/pause"]' --user 65535:65535 --annotation "ovserve.dev/input=$key" "$c"
+    buildah config --entrypoint '["/pause"]' --user 65535:65535 --label "ovserve.dev/input=$key" "$c"
     buildah commit -q "$c" localhost/pause:1 >/dev/null; buildah rm "$c" >/dev/null
   fi
   import localhost/pause:1 "$key"
@@ -80,12 +80,12 @@ project_key() { # hash of everything the image is built from
 project() {
   base
   local key; key=$(project_key)
-  if [ "$(buildah inspect -f '{{index .ImageAnnotations "ovserve.dev/input"}}' "$PROJECT_IMAGE" 2>/dev/null)" != "$key" ]; then
+  if [ "$(buildah inspect -f '{{index .OCIv1.Config.Labels "ovserve.dev/input"}}' "$PROJECT_IMAGE" 2>/dev/null)" != "$key" ]; then
     log "building $PROJECT_IMAGE (input $key)"
     local t0=$SECONDS
     (cd "$root" && buildah bud -q --layers --network host \
       -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
-      --build-arg "BASE=$BASE_IMAGE" --annotation "ovserve.dev/input=$key" -t "$PROJECT_IMAGE" . ) >&2
+      --build-arg "BASE=$BASE_IMAGE" --label "ovserve.dev/input=$key" -t "$PROJECT_IMAGE" . ) >&2
     log "built $PROJECT_IMAGE in $((SECONDS - t0))s"
   fi
   import "$PROJECT_IMAGE" "$key"
