@@ -7,7 +7,6 @@ termination-message file. Imports only pydantic so that the operator can use it 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -34,9 +34,7 @@ def tiny_models() -> Path:
     """The tiny test models of hack/models/build.sh (built once, cached outside git)."""
     proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=3000)
     if proc.returncode != 0:
-        pytest.fail(
-            f"hack/models/build.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", pytrace=False
-        )
+        pytest.fail(f"hack/models/build.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", pytrace=False)
     return _models_dir()
 
 
@@ -93,9 +91,7 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail(
-                    f"runtime exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}", pytrace=False
-                )
+                pytest.fail(f"runtime exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}", pytrace=False)
             try:
                 code, _ = http_get(self.url + "/v2/health/ready", timeout=2)
             except OSError:

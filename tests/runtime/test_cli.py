@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 from ovserve_runtime.report import RuntimeReport
@@ -34,9 +35,7 @@ def run_runtime(*args: str, env: dict[str, str] | None = None, timeout: float = 
         ("does-not-exist", "AUTO", "CPU", "ModelNotFound"),
     ],
 )
-def test_failure_report_is_last_stderr_line_and_termination_log(
-    tiny_models, tmp_path, model, ptype, device, reason
-):
+def test_failure_report_is_last_stderr_line_and_termination_log(tiny_models, tmp_path, model, ptype, device, reason):
     tlog = tmp_path / "termination-log"
     proc = run_runtime(
         "--model-path",
@@ -154,3 +153,30 @@ def test_help_explains_every_option():
     for env in ("OVSERVE_MAX_NUM_SEQS", "OVSERVE_KV_CACHE_PRECISION", "OVSERVE_PIPELINE_TYPE"):
         assert env in out, env
     assert "never downgraded" in out
+
+
+def test_not_ready_until_loaded(tiny_models, tmp_path):
+    """The port opens before the model loads: 503 + state loading until the smoke generation passed."""
+    from .conftest import Server, http_get
+
+    s = Server(tiny_models / "tiny-llm", tmp=tmp_path)
+    seen = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and s.proc.poll() is None:
+            try:
+                code, _ = http_get(s.url + "/v2/health/ready", timeout=2)
+                state = json.loads(http_get(s.url + "/v1/status", timeout=2)[1])["state"]
+            except OSError:
+                time.sleep(0.01)
+                continue
+            seen.append((code, state))
+            if code == 200:
+                break
+        assert seen and seen[-1] == (200, "ready"), seen
+        # every earlier answer was "not ready, loading" (a 200 never came before ready)
+        assert all(c == 503 for c, _ in seen[:-1]), seen
+        assert all(st in ("loading", "ready") for _, st in seen), seen
+        assert any(st == "loading" for _, st in seen), seen
+    finally:
+        s.stop()

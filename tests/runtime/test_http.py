@@ -23,11 +23,7 @@ def client(server, prefix="/v3") -> openai.OpenAI:
 
 
 def post(server, path: str, body: bytes | str | dict) -> tuple[int, dict]:
-    data = (
-        json.dumps(body).encode()
-        if isinstance(body, dict)
-        else (body.encode() if isinstance(body, str) else body)
-    )
+    data = json.dumps(body).encode() if isinstance(body, dict) else (body.encode() if isinstance(body, str) else body)
     req = urllib.request.Request(server.url + path, data=data, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
@@ -316,9 +312,7 @@ def test_disconnect_cancels_generation(request, which):
     max_tokens = 450
     before = server.metric("ovserve_generated_tokens_total")
     cancelled_before = server.metric("ovserve_requests_total", 'status="499"')
-    _stream_then_disconnect(
-        server, {"prompt": "hi", "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
-    )
+    _stream_then_disconnect(server, {"prompt": "hi", "max_tokens": max_tokens, "stream": True, "ignore_eos": True})
     assert _wait(lambda: server.metric("ovserve_requests_total", 'status="499"') == cancelled_before + 1)
     assert _wait(lambda: server.metric("ovserve_requests_running") == 0)
     generated = server.metric("ovserve_generated_tokens_total") - before

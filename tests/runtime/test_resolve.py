@@ -18,9 +18,7 @@ STATELESS = (
     "Check '!model->get_variables().empty()' failed at src/core/src/pass/sdpa_to_paged_attention.cpp:76:\n"
     "Model is supposed to be stateful, cannot perform the SDPAToPagedAttention transformation."
 )
-BEAM_IDX = (
-    "Exception from src/inference/src/cpp/infer_request.cpp:75:\nPort for tensor name beam_idx was not found."
-)
+BEAM_IDX = "Exception from src/inference/src/cpp/infer_request.cpp:75:\nPort for tensor name beam_idx was not found."
 
 LM = resolve.Layout(exists=True, has_lm=True, max_position=512)
 VLM = resolve.Layout(exists=True, has_vlm=True, has_language_model=True)

@@ -1,0 +1,330 @@
+"""ovserve-runtime: serve one OpenVINO GenAI model over an OpenAI-compatible HTTP API.
+
+Every flag has an environment twin OVSERVE_<FLAG_IN_UPPER_SNAKE> (e.g. --max-num-seqs and
+OVSERVE_MAX_NUM_SEQS); a flag on the command line wins over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from .report import PipelineReport, PipelineType, Reason, RuntimeReport, State, Versions
+
+log = logging.getLogger("ovserve.cli")
+EXIT_FAILED = 3
+TRUE = {"1", "true", "yes", "on"}
+FALSE = {"0", "false", "no", "off", ""}
+EPILOG = """\
+pipeline resolution:
+  AUTO    VLM when the directory holds openvino_text_embeddings_model.xml and
+          openvino_vision_embeddings_model.bin, else LM; the continuous-batching pipeline
+          (PagedAttention requested explicitly) is tried first; only when the model cannot use
+          PagedAttention is the legacy SDPA pipeline loaded, reported as fallback=true,
+          reason=PagedAttentionNotSupported
+  LM_CB / VLM_CB   continuous batching or refuse (exit 3); never downgraded
+  LM / VLM         the legacy stateful pipeline with ATTENTION_BACKEND=SDPA
+On any failure the runtime report (JSON) is the last stderr line and is written to --termination-log,
+and the process exits 3.
+
+endpoints: /v3/chat/completions /v3/completions /v3/models (and /v1/...), /v1/status,
+/v2/health/live, /v2/health/ready, /metrics
+"""
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get("OVSERVE_" + name.upper().replace("-", "_"))
+
+
+def _env_bool(name: str) -> bool | None:
+    v = _env(name)
+    if v is None:
+        return None
+    if v.strip().lower() in TRUE:
+        return True
+    if v.strip().lower() in FALSE:
+        return False
+    raise SystemExit(f"OVSERVE_{name.upper().replace('-', '_')}: not a boolean: {v!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ovserve-runtime",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
+    )
+
+    def env_default(name: str, default=None, conv=str):
+        v = _env(name)
+        return default if v is None or v == "" else conv(v)
+
+    g = p.add_argument_group("model")
+    g.add_argument(
+        "--model-path",
+        default=env_default("model_path"),
+        help="directory of the exported OpenVINO model (required) [OVSERVE_MODEL_PATH]",
+    )
+    g.add_argument(
+        "--served-name",
+        default=env_default("served_name"),
+        help="model name clients use in 'model' and /v3/models (default: the directory name) [OVSERVE_SERVED_NAME]",
+    )
+    g.add_argument(
+        "--pipeline-type",
+        type=str.upper,
+        choices=[t.value for t in PipelineType],
+        default=env_default("pipeline_type", "AUTO", str.upper),
+        help="AUTO: pick LM/VLM by directory content and prefer continuous batching, falling back to "
+        "the legacy pipeline only when PagedAttention is unsupported; LM_CB/VLM_CB: continuous "
+        "batching or refuse (never downgraded); LM/VLM: the legacy stateful pipeline with the SDPA "
+        "backend (default AUTO) [OVSERVE_PIPELINE_TYPE]",
+    )
+    g.add_argument(
+        "--device",
+        type=str.upper,
+        default=env_default("device", "CPU", str.upper),
+        help="OpenVINO device: CPU or GPU (an Intel GPU; refused with DeviceUnavailable when openvino "
+        "does not see one) (default CPU) [OVSERVE_DEVICE]",
+    )
+    g.add_argument(
+        "--inference-threads",
+        type=int,
+        default=env_default("inference_threads", 0, int),
+        help="INFERENCE_NUM_THREADS for the CPU plugin; 0 = openvino's default (all cores) [OVSERVE_INFERENCE_THREADS]",
+    )
+
+    s = p.add_argument_group("scheduler (continuous batching pipelines LM_CB/VLM_CB only)")
+    s.add_argument(
+        "--cache-size-gb",
+        type=float,
+        default=env_default("cache_size_gb", None, float),
+        help="KV-cache size in GB reserved on the device (whole GB; 0 lets openvino-genai size it) "
+        "[OVSERVE_CACHE_SIZE_GB]",
+    )
+    s.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=env_default("max_num_seqs", None, int),
+        help="maximum number of sequences batched together in one step [OVSERVE_MAX_NUM_SEQS]",
+    )
+    s.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=env_default("max_num_batched_tokens", None, int),
+        help="maximum number of tokens processed in one step (prompt chunks + decode tokens) "
+        "[OVSERVE_MAX_NUM_BATCHED_TOKENS]",
+    )
+    s.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=_env_bool("enable_prefix_caching"),
+        help="reuse KV-cache blocks of identical prompt prefixes across requests [OVSERVE_ENABLE_PREFIX_CACHING]",
+    )
+    s.add_argument(
+        "--dynamic-split-fuse",
+        action=argparse.BooleanOptionalAction,
+        default=_env_bool("dynamic_split_fuse"),
+        help="split long prompts into chunks and batch them with decode steps (openvino-genai "
+        "default: on) [OVSERVE_DYNAMIC_SPLIT_FUSE]",
+    )
+    s.add_argument(
+        "--kv-cache-precision",
+        default=env_default("kv_cache_precision"),
+        help="KV-cache element type, e.g. u8, f16, f32 (KV_CACHE_PRECISION; default: the plugin's "
+        "choice) [OVSERVE_KV_CACHE_PRECISION]",
+    )
+
+    h = p.add_argument_group("server")
+    h.add_argument("--host", default=env_default("host", "0.0.0.0"), help="listen address [OVSERVE_HOST]")
+    h.add_argument("--port", type=int, default=env_default("port", 8000, int), help="listen port [OVSERVE_PORT]")
+    h.add_argument(
+        "--termination-log",
+        default=env_default("termination_log", "/dev/termination-log"),
+        help="file the failure report is written to (Kubernetes termination message); skipped when "
+        "not writable [OVSERVE_TERMINATION_LOG]",
+    )
+    h.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=env_default("max_prompt_tokens", 0, int),
+        help="reject prompts longer than this (400); 0 = the model's max position embeddings "
+        "[OVSERVE_MAX_PROMPT_TOKENS]",
+    )
+    h.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=env_default("default_max_tokens", 512, int),
+        help="max_tokens when a request sets none (capped by the context) [OVSERVE_DEFAULT_MAX_TOKENS]",
+    )
+    h.add_argument(
+        "--log-level",
+        default=env_default("log_level", "INFO", str.upper),
+        help="DEBUG, INFO, WARNING, ERROR [OVSERVE_LOG_LEVEL]",
+    )
+    return p
+
+
+def versions() -> Versions:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for key, dist in (("openvino", "openvino"), ("openvinoGenai", "openvino-genai")):
+        try:
+            out[key] = version(dist)
+        except PackageNotFoundError:
+            out[key] = ""
+    return Versions(**out)
+
+
+def write_failure(report: RuntimeReport, termination_log: str | None) -> None:
+    """The report as the LAST stderr line, and into the termination-message file."""
+    line = report.to_line()
+    logging.shutdown()
+    if termination_log:
+        try:
+            Path(termination_log).write_text(line + "\n")
+        except OSError:
+            pass
+    sys.stdout.flush()
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeReport]:
+    from aiohttp import web
+
+    from .engine import SchedulerOptions
+    from .loader import LoadFailure, LoadOptions, load
+    from .server import App, ServerConfig, failed_state
+
+    requested = PipelineType(args.pipeline_type)
+    report = RuntimeReport(
+        state=State.LOADING,
+        model=served,
+        device=args.device,
+        pipeline=PipelineReport(requested=requested, reason=Reason.LOADING),
+        versions=versions(),
+    )
+    app = App(
+        ServerConfig(
+            served_name=served,
+            max_prompt_tokens=args.max_prompt_tokens,
+            default_max_tokens=args.default_max_tokens,
+        ),
+        report,
+    )
+    runner = web.AppRunner(app.web, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port)
+    await site.start()
+    log.info("listening on %s:%d (loading %s)", args.host, args.port, args.model_path)
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+
+    props = {"INFERENCE_NUM_THREADS": args.inference_threads} if args.inference_threads else {}
+    opts = LoadOptions(
+        model_path=args.model_path,
+        pipeline_type=requested,
+        device=args.device,
+        properties=props,
+        scheduler=SchedulerOptions(
+            cache_size_gb=args.cache_size_gb,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            enable_prefix_caching=args.enable_prefix_caching,
+            dynamic_split_fuse=args.dynamic_split_fuse,
+            kv_cache_precision=args.kv_cache_precision,
+        ),
+    )
+    load_task = loop.run_in_executor(None, load, opts)
+    stop_task = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([load_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
+    if not load_task.done():  # stopped while loading
+        await runner.cleanup()
+        return 0, report
+    try:
+        engine, pipeline, layout = load_task.result()
+    except LoadFailure as f:
+        report = report.model_copy(update={"state": State.FAILED, "pipeline": f.report})
+        app.set_report(report)
+        await runner.cleanup()
+        return EXIT_FAILED, report
+    except Exception as exc:  # unexpected: still a truthful report
+        log.exception("loading failed")
+        pipe = PipelineReport(requested=requested, reason=Reason.MODEL_LOAD_FAILED, message=str(exc))
+        report = report.model_copy(update={"state": State.FAILED, "pipeline": pipe})
+        await runner.cleanup()
+        return EXIT_FAILED, report
+
+    def on_fatal(message: str) -> None:
+        def apply() -> None:
+            rep = failed_state(app.report, message)
+            app.set_report(rep)
+            log.error("pipeline failed while serving: %s", message)
+            write_failure(rep, args.termination_log)
+
+        loop.call_soon_threadsafe(apply)
+
+    engine.on_fatal = on_fatal
+    app.attach(engine, layout.max_position)
+    report = report.model_copy(update={"state": State.READY, "pipeline": pipeline})
+    app.set_report(report)
+    p = report.pipeline
+    log.info(
+        "ready: requested=%s resolved=%s continuousBatching=%s fallback=%s reason=%s",
+        p.requested,
+        p.resolved,
+        p.continuousBatching,
+        p.fallback,
+        p.reason,
+    )
+    if p.fallback:
+        log.warning("FALLBACK to the legacy pipeline: %s: %s", p.reason, p.message)
+    await stop_task
+    log.info("shutting down")
+    await runner.cleanup()
+    engine.stop()
+    return 0, app.report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level, logging.INFO),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.model_path:
+        report = RuntimeReport(
+            state=State.FAILED,
+            device=args.device,
+            pipeline=PipelineReport(
+                requested=PipelineType(args.pipeline_type),
+                reason=Reason.MODEL_NOT_FOUND,
+                message="--model-path (OVSERVE_MODEL_PATH) is required",
+            ),
+            versions=versions(),
+        )
+        write_failure(report, args.termination_log)
+        return EXIT_FAILED
+    served = args.served_name or Path(args.model_path.rstrip("/")).name or "model"
+    code, report = asyncio.run(serve(args, served))
+    if code != 0:
+        write_failure(report, args.termination_log)
+        os._exit(code)  # nothing may write to stderr after the report line
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

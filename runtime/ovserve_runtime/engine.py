@@ -1,0 +1,473 @@
+"""Generation engines: one ContinuousBatchingPipeline driven by an add_request/step loop, or one legacy
+(stateful, SDPA) LLMPipeline/VLMPipeline serialized behind a worker thread.
+
+Only the engine's own thread touches the pipeline. Requests carry an asyncio queue; the engine pushes
+events into it with loop.call_soon_threadsafe:
+    ("tokens", [ids...])   new generated token ids
+    ("done", finish_reason) "stop" | "length"
+    ("error", message)      the request failed (the engine may still be healthy)
+Cancelling a request (client gone) is a flag the engine thread acts on between steps (CB: handle.cancel(),
+legacy: the streamer returns CANCEL), so capacity is always given back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .report import PipelineType
+
+log = logging.getLogger("ovserve.engine")
+
+
+@dataclass
+class SchedulerOptions:
+    cache_size_gb: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enable_prefix_caching: bool | None = None
+    dynamic_split_fuse: bool | None = None
+    kv_cache_precision: str | None = None
+
+    def scheduler_config(self):
+        import openvino_genai as g
+
+        s = g.SchedulerConfig()
+        if self.cache_size_gb is not None:
+            # SchedulerConfig.cache_size is whole GB (0: let openvino-genai size the cache itself)
+            s.cache_size = 0 if self.cache_size_gb <= 0 else max(1, round(self.cache_size_gb))
+        if self.max_num_seqs is not None:
+            s.max_num_seqs = self.max_num_seqs
+        if self.max_num_batched_tokens is not None:
+            s.max_num_batched_tokens = self.max_num_batched_tokens
+        if self.enable_prefix_caching is not None:
+            s.enable_prefix_caching = self.enable_prefix_caching
+        if self.dynamic_split_fuse is not None:
+            s.dynamic_split_fuse = self.dynamic_split_fuse
+        return s
+
+    def properties(self) -> dict[str, Any]:
+        return {"KV_CACHE_PRECISION": self.kv_cache_precision} if self.kv_cache_precision else {}
+
+
+@dataclass
+class GenRequest:
+    """One generation. `input_ids` (ov.Tensor [1, n]) for text, or `prompt` + `images` for a VLM."""
+
+    config: Any  # openvino_genai.GenerationConfig
+    max_new_tokens: int
+    input_ids: Any = None
+    prompt: str | None = None
+    images: list = field(default_factory=list)
+    loop: asyncio.AbstractEventLoop | None = None
+    events: asyncio.Queue | None = None
+    id: int = 0
+    cancelled: bool = False
+    finished: bool = False
+    submitted_at: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    generated: int = 0
+    finish_reason_raw: Any = None  # the last GenerationFinishReason the CB pipeline reported
+
+    def emit(self, kind: str, value: Any) -> None:
+        if kind != "tokens":
+            self.finished = True
+        elif self.first_token_at is None:
+            self.first_token_at = time.monotonic()
+        if self.loop is not None and self.events is not None:
+            try:
+                self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+            except RuntimeError:  # the loop is closed: server shutting down
+                pass
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+def _finish_reason(fr, generated: int, max_new: int) -> str:
+    import openvino_genai as g
+
+    if fr == g.GenerationFinishReason.LENGTH:
+        return "length"
+    if fr == g.GenerationFinishReason.STOP:
+        return "stop"
+    return "length" if generated >= max_new else "stop"
+
+
+class Engine:
+    """Common surface of both engines."""
+
+    continuous_batching = False
+
+    def __init__(self, pipeline, kind: PipelineType) -> None:
+        self.pipeline = pipeline
+        self.kind = kind  # the resolved PipelineType
+        self.is_vlm = kind in (PipelineType.VLM, PipelineType.VLM_CB)
+        self.tokenizer = pipeline.get_tokenizer()
+        self.fatal: str | None = None
+        self.on_fatal: Callable[[str], None] | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._running = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's event loop, once attached
+
+    # --- generation config ---------------------------------------------------------------------
+    def base_config(self):
+        raise NotImplementedError
+
+    def new_config(self):
+        import openvino_genai as g
+
+        base = self.base_config()
+        c = g.GenerationConfig()
+        c.eos_token_id = base.eos_token_id
+        c.stop_token_ids = set(base.stop_token_ids)
+        c.apply_chat_template = False  # the server applies the chat template itself
+        return c
+
+    # --- stats (read from any thread) ----------------------------------------------------------
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    def cache_usage(self) -> float | None:
+        return None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run_guarded, name=f"engine-{self.kind}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def submit(self, req: GenRequest) -> None:
+        if self.fatal is not None:
+            raise EngineError(f"pipeline failed: {self.fatal}")
+        req.id = next(self._ids)
+        with self._lock:
+            self._waiting += 1
+        self._enqueue(req)
+
+    def cancel(self, req: GenRequest) -> None:
+        """Called from the event loop when the client went away; the engine thread frees the slot."""
+        if not req.finished:
+            req.cancelled = True
+            self._wake()
+
+    def smoke(self, timeout: float = 300) -> None:
+        """One-token generation through the real serving path (readiness requires it)."""
+        done = threading.Event()
+        result: dict[str, Any] = {}
+
+        class _Probe(GenRequest):
+            def emit(self, kind, value):
+                super().emit(kind, value)
+                if kind != "tokens":
+                    result[kind] = value
+                    done.set()
+
+        cfg = self.new_config()
+        cfg.max_new_tokens = 1
+        cfg.ignore_eos = True
+        if self.is_vlm:
+            req = _Probe(config=cfg, max_new_tokens=1, prompt="hello")
+        else:
+            req = _Probe(config=cfg, max_new_tokens=1, input_ids=self.tokenizer.encode("hello").input_ids)
+        self.submit(req)
+        if not done.wait(timeout):
+            raise EngineError("smoke generation timed out")
+        if "error" in result:
+            raise EngineError(result["error"])
+
+    # --- internals -----------------------------------------------------------------------------
+    def _enqueue(self, req: GenRequest) -> None:
+        raise NotImplementedError
+
+    def _wake(self) -> None:
+        pass
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _run_guarded(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # a pipeline failure outside any single request is fatal
+            log.error("engine loop failed: %s", str(exc).strip())
+            self._set_fatal(f"{type(exc).__name__}: {exc}")
+
+    def _set_fatal(self, message: str) -> None:
+        self.fatal = message
+        if self.on_fatal is not None:
+            self.on_fatal(message)
+
+    def _started(self) -> None:
+        with self._lock:
+            self._waiting -= 1
+            self._running += 1
+
+    def _dropped_waiting(self) -> None:
+        with self._lock:
+            self._waiting -= 1
+
+    def _ended(self) -> None:
+        with self._lock:
+            self._running -= 1
+
+
+class CBEngine(Engine):
+    """One ContinuousBatchingPipeline; new requests join the running batch at the next step."""
+
+    continuous_batching = True
+
+    def __init__(self, pipeline, kind: PipelineType) -> None:
+        super().__init__(pipeline, kind)
+        self._inbox: queue.SimpleQueue[GenRequest] = queue.SimpleQueue()
+        self._cv = threading.Condition()
+        self._active: dict[int, tuple[GenRequest, Any]] = {}
+        self._base = pipeline.get_config()
+        self._metrics = None
+        self._metrics_at = 0.0
+        self._dirty = False  # cancelled requests not yet dropped by a step
+
+    def base_config(self):
+        return self._base
+
+    def cache_usage(self) -> float | None:
+        m = self._metrics
+        return None if m is None else float(m.cache_usage)
+
+    def _enqueue(self, req: GenRequest) -> None:
+        self._inbox.put(req)
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify()
+
+    def _admit(self) -> None:
+        while True:
+            try:
+                req = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if req.cancelled:
+                self._dropped_waiting()
+                req.emit("done", "cancelled")
+                continue
+            try:
+                if self.is_vlm:
+                    handle = self.pipeline.add_request(req.id, req.prompt or "", list(req.images), req.config)
+                else:
+                    handle = self.pipeline.add_request(req.id, req.input_ids, req.config)
+            except Exception as exc:  # a bad request must not leak a slot or stop the loop
+                self._dropped_waiting()
+                req.emit("error", str(exc).strip())
+                continue
+            self._started()
+            self._active[req.id] = (req, handle)
+
+    def _collect(self) -> None:
+        import openvino_genai as g
+
+        done_states = (g.GenerationStatus.FINISHED, g.GenerationStatus.STOP, g.GenerationStatus.CANCEL)
+        for rid, (req, h) in list(self._active.items()):
+            if req.cancelled:
+                h.cancel()
+                self._dirty = True
+                del self._active[rid]
+                self._ended()
+                req.emit("done", "cancelled")
+                continue
+            if h.can_read():
+                outs = h.read()
+                ids: list[int] = []
+                for out in outs.values():
+                    ids.extend(out.generated_ids)
+                    req.finish_reason_raw = out.finish_reason
+                if ids:
+                    req.generated += len(ids)
+                    req.emit("tokens", ids)
+            status = h.get_status()
+            if status == g.GenerationStatus.IGNORED:
+                del self._active[rid]
+                self._ended()
+                req.emit("error", "the request was ignored by the scheduler (prompt does not fit the KV cache)")
+            elif status in done_states and not h.can_read():
+                del self._active[rid]
+                self._ended()
+                req.emit("done", _finish_reason(req.finish_reason_raw, req.generated, req.max_new_tokens))
+
+    def _pending_work(self) -> bool:
+        return self._dirty
+
+    def _yield_to_loop(self) -> None:
+        """ContinuousBatchingPipeline.step() holds the GIL (openvino-genai 2026.4), so the event loop only
+        runs between steps. Give it two full iterations (tokens written out, new requests parsed) before
+        the next step, bounded so that a busy loop cannot stall generation."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            time.sleep(0)
+            return
+        ev = threading.Event()
+        try:
+            loop.call_soon_threadsafe(loop.call_soon, ev.set)
+        except RuntimeError:
+            return
+        ev.wait(0.05)
+
+    def _run(self) -> None:
+        pipe = self.pipeline
+        while not self._stop.is_set():
+            with self._cv:
+                if not self._active and self._inbox.empty() and not self._pending_work():
+                    self._cv.wait(timeout=0.5)
+            was_idle = not self._active
+            self._admit()
+            if was_idle and self._active:
+                # requests of a burst arrive a little apart: let the event loop parse the rest of the burst
+                # so that they are prefilled in the same step
+                self._yield_to_loop()
+                self._admit()
+            # also step with nothing active: a cancelled request's KV blocks are released by a step
+            if self._active or self._pending_work():
+                if pipe.has_non_finished_requests():
+                    try:
+                        pipe.step()
+                    except Exception as exc:
+                        msg = f"{type(exc).__name__}: {str(exc).strip()}"
+                        for req, _h in self._active.values():
+                            req.emit("error", msg)
+                        self._active.clear()
+                        raise
+                self._collect()
+                if not self._active and not pipe.has_non_finished_requests():
+                    self._dirty = False
+                self._yield_to_loop()
+            now = time.monotonic()
+            if now - self._metrics_at > 0.2:
+                self._metrics_at = now
+                try:
+                    self._metrics = pipe.get_metrics()
+                except Exception:  # metrics are best effort
+                    self._metrics = None
+
+
+class LegacyEngine(Engine):
+    """One stateful LLMPipeline / VLMPipeline (SDPA); requests run one at a time, in arrival order."""
+
+    def __init__(self, pipeline, kind: PipelineType) -> None:
+        super().__init__(pipeline, kind)
+        self._queue: queue.Queue[GenRequest | None] = queue.Queue()
+        self._base = pipeline.get_generation_config()
+
+    def base_config(self):
+        return self._base
+
+    def _enqueue(self, req: GenRequest) -> None:
+        self._queue.put(req)
+
+    def _wake(self) -> None:
+        if self._stop.is_set():
+            self._queue.put(None)
+
+    def _run(self) -> None:
+        import openvino_genai as g
+
+        while not self._stop.is_set():
+            req = self._queue.get()
+            if req is None:
+                continue
+            if req.cancelled:
+                self._dropped_waiting()
+                req.emit("done", "cancelled")
+                continue
+            self._started()
+            try:
+                final = self._generate(g, req)
+            except Exception as exc:
+                msg = str(exc).strip()
+                self._ended()  # the slot is free before the client hears the outcome
+                req.emit("error", msg)
+                if _is_fatal(msg):
+                    raise
+            else:
+                self._ended()
+                req.emit("done", final)
+
+    def _generate(self, g, req: GenRequest) -> str:
+        """Run one generation; returns the finish reason ("cancelled", "length" or "stop")."""
+
+        class _Streamer(g.StreamerBase):
+            def write(self, token):
+                ids = [token] if isinstance(token, int) else list(token)
+                req.generated += len(ids)
+                req.emit("tokens", ids)
+                return g.StreamingStatus.CANCEL if req.cancelled else g.StreamingStatus.RUNNING
+
+            def end(self):
+                pass
+
+        streamer = _Streamer()
+        if self.is_vlm:
+            self.pipeline.generate(
+                req.prompt or "", images=list(req.images), generation_config=req.config, streamer=streamer
+            )
+        else:
+            self.pipeline.generate(req.input_ids, req.config, streamer)
+        if req.cancelled:
+            return "cancelled"
+        return "length" if req.generated >= req.max_new_tokens else "stop"
+
+
+def _is_fatal(msg: str) -> bool:
+    # a per-request error (bad input) leaves the pipeline usable; a broken model does not
+    return "beam_idx" in msg or "infer_request" in msg
+
+
+# --- construction --------------------------------------------------------------------------------
+
+
+def construct_cb(path: str, device: str, sched: SchedulerOptions, props: dict[str, Any]):
+    import openvino_genai as g
+
+    cfg = sched.scheduler_config()
+    extra = {**props, **sched.properties()}
+    log.info(
+        "ContinuousBatchingPipeline scheduler: cache_size=%s max_num_seqs=%s max_num_batched_tokens=%s "
+        "enable_prefix_caching=%s dynamic_split_fuse=%s properties=%s",
+        cfg.cache_size,
+        cfg.max_num_seqs,
+        cfg.max_num_batched_tokens,
+        cfg.enable_prefix_caching,
+        cfg.dynamic_split_fuse,
+        extra,
+    )
+    return g.ContinuousBatchingPipeline(path, cfg, device, extra)
+
+
+def construct_legacy(path: str, device: str, vlm: bool, props: dict[str, Any]):
+    """Legacy stateful pipeline with the SDPA backend forced (never the silent PA-then-SDPA default)."""
+    import openvino_genai as g
+
+    cls = g.VLMPipeline if vlm else g.LLMPipeline
+    return cls(path, device, ATTENTION_BACKEND="SDPA", **props)

@@ -1,0 +1,104 @@
+"""Prometheus metrics of the runtime (own registry; names documented in docs/runtime.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .report import RuntimeReport
+
+disable_created_metrics()  # no *_created samples: they only add noise to scrapes
+
+_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_TPOT = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "ovserve_requests",
+            "Generation requests by endpoint and outcome",
+            ["endpoint", "status"],
+            registry=r,
+        )
+        self.prompt_tokens = Counter("ovserve_prompt_tokens", "Prompt tokens processed", registry=r)
+        self.generated_tokens = Counter("ovserve_generated_tokens", "Tokens generated", registry=r)
+        self.ttft = Histogram(
+            "ovserve_time_to_first_token_seconds",
+            "Time from request arrival to the first generated token",
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "ovserve_time_per_output_token_seconds",
+            "Mean time per output token after the first, per request",
+            buckets=_TPOT,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "ovserve_request_duration_seconds",
+            "Request duration, arrival to last token",
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.queue_depth = Gauge("ovserve_queue_depth", "Requests accepted and waiting to be scheduled", registry=r)
+        self.running = Gauge("ovserve_requests_running", "Requests being generated now", registry=r)
+        self.kv_cache = Gauge(
+            "ovserve_kv_cache_usage_percent",
+            "KV-cache usage of the continuous batching pipeline (pipeline.get_metrics().cache_usage)",
+            registry=r,
+        )
+        self.ready = Gauge("ovserve_ready", "1 when the pipeline is loaded and serving", registry=r)
+        self.info = Gauge(
+            "ovserve_pipeline_info",
+            "The pipeline that runs (value 1)",
+            [
+                "model",
+                "device",
+                "state",
+                "requested",
+                "resolved",
+                "continuous_batching",
+                "fallback",
+                "reason",
+            ],
+            registry=r,
+        )
+        self._info_labels: tuple[str, ...] | None = None
+        self.engine = None
+
+    def set_report(self, rep: RuntimeReport) -> None:
+        p = rep.pipeline
+        labels = (
+            rep.model,
+            rep.device,
+            str(rep.state),
+            str(p.requested),
+            str(p.resolved or ""),
+            str(p.continuousBatching).lower(),
+            str(p.fallback).lower(),
+            str(p.reason),
+        )
+        if self._info_labels is not None and self._info_labels != labels:
+            self.info.remove(*self._info_labels)
+        self.info.labels(*labels).set(1)
+        self._info_labels = labels
+        self.ready.set(1 if rep.state == "ready" else 0)
+
+    def render(self) -> tuple[bytes, str]:
+        e = self.engine
+        if e is not None:
+            self.queue_depth.set(e.waiting)
+            self.running.set(e.running)
+            usage = e.cache_usage()
+            if usage is not None:
+                self.kv_cache.set(usage)
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
