@@ -22,9 +22,7 @@ def helm(*args: str, check: bool = True, timeout: float = 120) -> subprocess.Com
         pytest.fail(f"{HELM} is missing: build it with hack/build-binaries.sh (make binaries)", pytrace=False)
     proc = subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
-        pytest.fail(
-            f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}", pytrace=False
-        )
+        pytest.fail(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
     return proc
 
 
@@ -113,9 +111,7 @@ def make_namespace(cluster: Any, prefix: str, psa: str = "restricted") -> str:
             },
         }
     )
-    cluster.wait_for(
-        lambda: cluster.get("serviceaccount", "default", name), 60, f"ServiceAccount default in {name}"
-    )
+    cluster.wait_for(lambda: cluster.get("serviceaccount", "default", name), 60, f"ServiceAccount default in {name}")
     return name
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -50,9 +51,7 @@ def operator_pods(cluster, ns: str) -> list[dict]:
 
 
 def ready(pod: dict) -> bool:
-    return any(
-        c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", [])
-    )
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
 
 
 def lease_holder(cluster, ns: str) -> str | None:
@@ -82,9 +81,7 @@ def test_helm_template_passes_server_side_dry_run(cluster, namespace, scope, tmp
         input=rendered,
     )
     kinds = {
-        line.split("/", 1)[0].split(".", 1)[0]
-        for line in proc.stdout.splitlines()
-        if line.endswith("(server dry run)")
+        line.split("/", 1)[0].split(".", 1)[0] for line in proc.stdout.splitlines() if line.endswith("(server dry run)")
     }
     expected = {
         "customresourcedefinition",
@@ -101,9 +98,7 @@ def test_helm_template_passes_server_side_dry_run(cluster, namespace, scope, tmp
     assert "Warning" not in proc.stderr, proc.stderr  # PSA warn=restricted would name the operator pod here
 
 
-@pytest.mark.parametrize(
-    "name", ["cpu-auto.yaml", "pinned-lm-cb.yaml", "gpu.yaml", "pvc.yaml", "huggingface.yaml"]
-)
+@pytest.mark.parametrize("name", ["cpu-auto.yaml", "pinned-lm-cb.yaml", "gpu.yaml", "pvc.yaml", "huggingface.yaml"])
 def test_examples_pass_server_side_dry_run(cluster, crd, namespace, name):
     proc = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(EXAMPLES / name))
     assert "llmserving.ovserve.dev/" in proc.stdout and "(server dry run)" in proc.stdout, proc.stdout
@@ -126,6 +121,19 @@ def spaces(cluster):
             cluster.kubectl("delete", kind, "--all", "-n", n, "--wait=false", check=False)
     for n in ns.values():
         cluster.kubectl("delete", "namespace", n, "--wait=false", check=False)
+
+
+@pytest.fixture(autouse=True)
+def _diagnostics_on_failure(request):
+    """The release's namespaces (module scope, not the `namespace` fixture): attach what a human would
+    look at when a test using them failed."""
+    yield
+    rep = getattr(request.node, "rep_call", None)
+    if rep is None or not rep.failed or "spaces" not in request.fixturenames:
+        return
+    cluster = request.getfixturevalue("cluster")
+    for ns in request.getfixturevalue("spaces").values():
+        request.node.add_report_section("teardown", f"cluster diagnostics {ns}", cluster.diagnostics(ns))
 
 
 @pytest.fixture(scope="module")
@@ -169,10 +177,7 @@ def release(cluster, project_image, spaces, tmp_path_factory):
 
 def test_install_runs_two_operator_pods_under_restricted_psa(cluster, release):
     ns = release["ns"]
-    assert (
-        cluster.get("namespace", ns)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
-        == "restricted"
-    )
+    assert cluster.get("namespace", ns)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     pods = cluster.wait_for(
         lambda: (
             [p for p in operator_pods(cluster, ns) if ready(p)]
@@ -187,12 +192,17 @@ def test_install_runs_two_operator_pods_under_restricted_psa(cluster, release):
         assert spec["containers"][0]["image"].endswith("ovserve:dev")
         assert spec["automountServiceAccountToken"] is True
         assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
-        assert p["status"]["containerStatuses"][0]["restartCount"] == 0, cluster.logs(
-            p["metadata"]["name"], ns
-        )
+        assert p["status"]["containerStatuses"][0]["restartCount"] == 0, cluster.logs(p["metadata"]["name"], ns)
     # the operator reached the API with its in-cluster config: it took the chart's Lease
     holder = cluster.wait_for(lambda: lease_holder(cluster, ns), 60, "a lease holder")
     assert holder in {p["metadata"]["name"] for p in pods}
+    # Renewing must keep the Lease's metadata: Helm owns the object (labels + meta.helm.sh annotations)
+    # and `helm uninstall` only deletes what it still recognises as the release's.
+    meta = cluster.get("lease", "ovserve-operator", ns)["metadata"]
+    assert meta.get("labels", {}).get("app.kubernetes.io/instance") == RELEASE, (
+        f"the operator's Lease update dropped Helm's labels/annotations: {meta}"
+    )
+    assert meta.get("annotations", {}).get("meta.helm.sh/release-name") == RELEASE, meta
 
 
 def test_metrics_service_answers(cluster, release):
@@ -255,17 +265,19 @@ def test_service_account_has_exactly_the_permissions_it_needs(cluster, release):
 
 
 def _wait_ready(cluster, name: str, ns: str) -> dict:
-    cluster.wait_for(
-        lambda: llms_phase(cluster, name, ns) == "Ready", READY_TIMEOUT, f"LLMServing {ns}/{name} Ready"
-    )
+    cluster.wait_for(lambda: llms_phase(cluster, name, ns) == "Ready", READY_TIMEOUT, f"LLMServing {ns}/{name} Ready")
     return cluster.get("llmserving", name, ns)
 
 
-def _complete(endpoint: str, model: str) -> dict:
+def _complete(cluster, endpoint: str, model: str) -> dict:
+    """POST /completions to status.endpoint. The test cluster has no DNS: the Service's DNS name in the
+    endpoint is swapped for its ClusterIP (the same Service, the same port)."""
+    url = urllib.parse.urlsplit(endpoint)
+    service, namespace = url.hostname.split(".")[:2]
+    ip = cluster.get("service", service, namespace)["spec"]["clusterIP"]
+    base = urllib.parse.urlunsplit(url._replace(netloc=f"{ip}:{url.port or 80}")).rstrip("/")
     body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 4}).encode()
-    req = urllib.request.Request(
-        f"{endpoint.rstrip('/')}/completions", body, {"Content-Type": "application/json"}
-    )
+    req = urllib.request.Request(f"{base}/completions", body, {"Content-Type": "application/json"})
     return json.loads(urllib.request.urlopen(req, timeout=60).read())
 
 
@@ -295,12 +307,10 @@ def test_pvc_sample_ready_in_restricted_namespace(cluster, release, tiny_models)
             )
             assert all(port["containerPort"] >= 1024 for port in c.get("ports", []))
         assert obj["status"]["pipeline"]["resolved"] == "LM_CB"
-        out = _complete(obj["status"]["endpoint"], "tiny-pvc")
+        out = _complete(cluster, obj["status"]["endpoint"], "tiny-pvc")
         assert out["choices"], out
     finally:
-        cluster.kubectl(
-            "delete", "-n", ns, "llmserving", "tiny-pvc", "--wait=true", "--timeout=120s", check=False
-        )
+        cluster.kubectl("delete", "-n", ns, "llmserving", "tiny-pvc", "--wait=true", "--timeout=120s", check=False)
         cluster.kubectl("delete", "-n", ns, "pvc", "models", "--wait=false", check=False)
         cluster.kubectl("delete", "pv", f"ovserve-models-{ns}", "--wait=false", check=False)
 
@@ -317,7 +327,7 @@ def test_cpu_examples_become_ready(cluster, release, tiny_models, example, name,
     assert pipeline["resolved"] == resolved and pipeline["fallback"] is False, pipeline
     rows = cluster.table("llmserving", name, "-n", ns)
     assert rows[0]["PHASE"] == "Ready" and rows[0]["RESOLVED"] == resolved, rows
-    out = _complete(obj["status"]["endpoint"], obj["spec"]["model"]["servedName"])
+    out = _complete(cluster, obj["status"]["endpoint"], obj["spec"]["model"]["servedName"])
     assert out["choices"][0]["text"] is not None
     if name == "tiny-lm-cb":  # keep the cluster light: one runtime pod stays (tiny-auto) for the failover
         cluster.kubectl("delete", "-n", ns, "llmserving", name, "--wait=true", "--timeout=120s")
@@ -338,15 +348,11 @@ def test_killing_the_leader_hands_over(cluster, release):
     assert cluster.get("lease", "ovserve-operator", ns)["spec"]["leaseTransitions"] > transitions
     # the new leader reconciles: a spec change reaches the runtime Deployment and the status
     assert cluster.get("llmserving", "tiny-auto", dev), "test_cpu_examples_become_ready left tiny-auto"
-    cluster.kubectl(
-        "patch", "llmserving", "tiny-auto", "-n", dev, "--type=merge", "-p", '{"spec":{"replicas":0}}'
-    )
+    cluster.kubectl("patch", "llmserving", "tiny-auto", "-n", dev, "--type=merge", "-p", '{"spec":{"replicas":0}}')
 
     def scaled():
         deps = cluster.get("deployments", namespace=dev)["items"]
-        mine = [
-            d for d in deps if d["metadata"].get("labels", {}).get("ovserve.dev/llmserving") == "tiny-auto"
-        ]
+        mine = [d for d in deps if d["metadata"].get("labels", {}).get("ovserve.dev/llmserving") == "tiny-auto"]
         return mine and all(d["spec"]["replicas"] == 0 for d in mine)
 
     cluster.wait_for(scaled, 90, "the runtime Deployment scaled to 0 by the new leader")
@@ -415,9 +421,7 @@ def test_uninstall_leaves_only_the_crd(cluster, release):
         cluster.kubectl("delete", "llmservings", "--all", "-n", n, "--wait=true", "--timeout=120s")
     helm("uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "120s")
     selector = f"app.kubernetes.io/instance={RELEASE}"
-    namespaced = (
-        "deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets"
-    )
+    namespaced = "deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets"
 
     def leftovers():
         out = []
@@ -434,7 +438,16 @@ def test_uninstall_leaves_only_the_crd(cluster, release):
             out += proc.stdout.split()
         return out
 
-    cluster.wait_for(lambda: not leftovers() or None, 90, "nothing of the release left (pods terminated)")
+    seen: list[list[str]] = [[]]
+
+    def clean() -> bool:
+        seen[0] = leftovers()
+        return not seen[0]
+
+    deadline = time.monotonic() + 90
+    while not clean() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not seen[0], f"left behind after helm uninstall: {seen[0]}"
     assert helm("list", "-n", ns, "-q").stdout.strip() == ""
     crd = cluster.get("crd", "llmservings.ovserve.dev")
     assert crd is not None, "the CRD must stay (Helm never deletes crds/)"
