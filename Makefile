@@ -9,7 +9,7 @@ export OVSERVE_NETNS ?= ovserve
 demo: deps binaries venv models up image  ## cluster + operator (Helm) + a sample LLMServing, then print its status
 	hack/demo.sh
 
-test: deps binaries venv lint  ## every test tier: unit, runtime, cluster, operator, chart
+test: deps binaries venv lint models  ## every test tier: unit, runtime, cluster, operator, chart
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
 
 unit: venv  ## the tests that need neither the cluster nor the models

@@ -44,6 +44,9 @@ MODELS_DIR = Path(ENV.get("OVSERVE_MODELS") or "/var/cache/ovserve/models")
 PROJECT_IMAGE = os.environ.get("OVSERVE_IMAGE", "localhost/ovserve:dev")
 
 _CLONE_NEWNET = 0x40000000
+# The host's network namespace, kept open before the session moves into the cluster's: builds that need
+# the package registries (pip inside buildah, the exporter venv) run there.
+HOST_NETNS_FD = os.open("/proc/self/ns/net", os.O_RDONLY)
 
 
 def enter_netns(name: str) -> None:
@@ -56,6 +59,16 @@ def enter_netns(name: str) -> None:
             raise OSError(err, f"setns into netns {name}: {os.strerror(err)}")
     finally:
         os.close(fd)
+
+
+def run_on_host_network(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run argv in the host's network namespace (this process may have entered the cluster's)."""
+    def to_host() -> None:
+        if ctypes.CDLL(None, use_errno=True).setns(HOST_NETNS_FD, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns back to the host network namespace")
+
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, preexec_fn=to_host,
+                          pass_fds=(HOST_NETNS_FD,))
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.5) -> T:
@@ -239,7 +252,7 @@ def namespace(cluster: Cluster, request) -> Iterable[str]:
 @pytest.fixture(scope="session")
 def tiny_models() -> Path:
     """The tiny test models of hack/models/build.sh (built once, cached outside git)."""
-    proc = subprocess.run(["bash", str(HACK / "models" / "build.sh")], capture_output=True, text=True, timeout=3000)
+    proc = run_on_host_network(["bash", str(HACK / "models" / "build.sh")], timeout=3000)
     if proc.returncode != 0:
         pytest.fail(f"hack/models/build.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", pytrace=False)
     return MODELS_DIR
@@ -248,8 +261,7 @@ def tiny_models() -> Path:
 @pytest.fixture(scope="session")
 def project_image(cluster: Cluster) -> str:
     """localhost/ovserve:dev built from the Dockerfile and imported into the node (cached by input hash)."""
-    proc = subprocess.run(["bash", str(HACK / "images.sh"), "project"], capture_output=True, text=True,
-                          timeout=2400)
+    proc = run_on_host_network(["bash", str(HACK / "images.sh"), "project"], timeout=2400)
     if proc.returncode != 0:
         pytest.fail(f"hack/images.sh project failed:\n{proc.stderr[-6000:]}", pytrace=False)
     return PROJECT_IMAGE

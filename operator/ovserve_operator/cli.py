@@ -197,6 +197,7 @@ def run(settings: Settings) -> int:
             clusterwide=settings.clusterwide,
             namespaces=list(settings.watch_namespaces),
             settings=kopf_settings,
+            identity=settings.identity,
             stop_flag=kopf_stop,
             loop=loop,
         )

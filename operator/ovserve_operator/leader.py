@@ -94,10 +94,11 @@ class LeaderElector:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
+            # Keep the Lease's own metadata (Helm's labels and annotations): a replace writes all of it.
             "metadata": {
+                **{k: v for k, v in (lease.get("metadata") or {}).items() if k != "managedFields"},
                 "name": self.name,
                 "namespace": self.namespace,
-                "resourceVersion": (lease.get("metadata") or {}).get("resourceVersion"),
             },
             "spec": new_spec,
         }

@@ -163,6 +163,9 @@ def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     kopf_settings.posting.event_name_prefix = "ovserve-"
     # Leader election is a Lease (leader.py); kopf's peering is not used.
     kopf_settings.peering.standalone = True
+    # No CRD/namespace scanning: the resource and the namespaces are known, and least-privilege RBAC forbids
+    # listing them (kopf would retry the 403s for about a minute at every start and failover).
+    kopf_settings.scanning.disabled = True
     kopf_settings.peering.clusterwide = settings.clusterwide
     kopf_settings.watching.server_timeout = 300
     kopf_settings.watching.client_timeout = 330

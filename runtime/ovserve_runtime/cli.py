@@ -197,6 +197,12 @@ def write_failure(report: RuntimeReport, termination_log: str | None) -> None:
     sys.stderr.flush()
 
 
+def _detach_signals() -> None:
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeReport]:
     from aiohttp import web
 
@@ -228,6 +234,9 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    # A child forked by a library (openvino's telemetry sender does this at import) would share asyncio's
+    # signal wakeup socket: a SIGTERM sent to the child would stop this server. Children get their own.
+    os.register_at_fork(after_in_child=_detach_signals)
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)

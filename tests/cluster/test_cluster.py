@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HACK, wait_for
+from tests.conftest import HACK, run_on_host_network, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -40,7 +40,7 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()
 
 @pytest.fixture(scope="module")
 def base_image(cluster) -> str:
-    proc = subprocess.run(["bash", str(HACK / "images.sh"), "base"], capture_output=True, text=True, timeout=1800)
+    proc = run_on_host_network(["bash", str(HACK / "images.sh"), "base"], timeout=1800)  # debootstrap downloads
     assert proc.returncode == 0, proc.stderr
     return BASE_IMAGE
 
