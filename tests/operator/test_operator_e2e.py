@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.parse
 
 import pytest
+
+from tests.fakehub import fake_hub
 
 pytestmark = [pytest.mark.cluster]
 
@@ -371,29 +372,34 @@ def test_auto_on_sdpa_free_model_falls_back_visibly(cluster, operator, namespace
     )
 
 
-def test_pinned_cb_on_sdpa_free_model_fails_and_is_never_downgraded(cluster, operator, namespace, runtime):
-    cluster.apply(llms("pin", {"model": pvc_model("tiny-llm-nosdpa"), "pipelineType": "LM_CB"}), namespace)
-    st = wait_phase(cluster, namespace, "pin", "Failed")
+def assert_refused_and_never_downgraded(cluster, namespace, name, pinned, checks, timeout=240):
+    """A pinned *_CB on an SDPA-free model: Failed with the reason and a Warning event, and for
+    `checks` x 2 s it stays so: nothing resolved, the spec and the Deployment args still say `pinned`."""
+    st = wait_phase(cluster, namespace, name, "Failed", timeout)
     ready = condition(st, "Ready")
     assert ready["status"] == "False" and ready["reason"] == "PagedAttentionNotSupported"
     assert "not downgraded" in ready["message"]
     cluster.wait_for(
-        lambda: has_event(cluster, namespace, "pin", "Warning", "PagedAttentionNotSupported"),
+        lambda: has_event(cluster, namespace, name, "Warning", "PagedAttentionNotSupported"),
         30,
         "Warning event",
     )
-    # watch it for a while: it stays Failed, and nothing ever runs LM
-    for _ in range(10):
-        obj = cluster.get("llmserving", "pin", namespace)
-        assert obj["spec"]["pipelineType"] == "LM_CB"
+    for _ in range(checks):
+        obj = cluster.get("llmserving", name, namespace)
+        assert obj["spec"]["pipelineType"] == pinned
         assert obj["status"]["pipeline"].get("resolved") in (None, "")
         assert obj["status"]["phase"] == "Failed"
-        r = row(cluster, namespace, "pin")
-        assert (r["REQUESTED"], r["RESOLVED"], r["FALLBACK"], r["PHASE"]) == ("LM_CB", "", "", "Failed")
+        r = row(cluster, namespace, name)
+        assert (r["REQUESTED"], r["RESOLVED"], r["FALLBACK"], r["PHASE"]) == (pinned, "", "", "Failed")
         time.sleep(2)
-    dep = cluster.get("deployment", "pin", namespace)
+    dep = cluster.get("deployment", name, namespace)
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--pipeline-type") + 1] == "LM_CB"
+    assert args[args.index("--pipeline-type") + 1] == pinned
+
+
+def test_pinned_cb_on_sdpa_free_model_fails_and_is_never_downgraded(cluster, operator, namespace, runtime):
+    cluster.apply(llms("pin", {"model": pvc_model("tiny-llm-nosdpa"), "pipelineType": "LM_CB"}), namespace)
+    assert_refused_and_never_downgraded(cluster, namespace, "pin", "LM_CB", checks=10)
 
 
 def test_lm_pinned_runs_legacy(cluster, operator, namespace, runtime):
@@ -499,57 +505,21 @@ def test_operator_works_with_exactly_the_documented_rbac(cluster, crd, start_ope
 
 
 @pytest.fixture
-def fake_hub(tiny_models):
+def hf_hub(tiny_models):
     """A Hub stand-in in the test process (inside the cluster netns, reachable from pods via the node IP):
     serves tiny-llm as repo ovserve-test/tiny-llm, only with the right bearer token."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     root = tiny_models / "tiny-llm"
-    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    files = {str(p.relative_to(root)): p.read_bytes for p in sorted(root.rglob("*")) if p.is_file()}
     token = "hf_e2e_" + os.urandom(8).hex()
-    seen: list[tuple[str, bool]] = []
-
-    class Hub(BaseHTTPRequestHandler):
-        def do_GET(self):
-            ok = self.headers.get("Authorization") == f"Bearer {token}"
-            seen.append((self.path, ok))
-            if not ok:
-                self.send_response(401)
-                self.end_headers()
-                return
-            if self.path == "/api/models/ovserve-test/tiny-llm/revision/main":
-                body = json.dumps({"siblings": [{"rfilename": f} for f in files]}).encode()
-            elif self.path.startswith("/ovserve-test/tiny-llm/resolve/main/"):
-                rel = urllib.parse.unquote(self.path.removeprefix("/ovserve-test/tiny-llm/resolve/main/"))
-                if rel not in files:
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                body = (root / rel).read_bytes()
-            else:
-                self.send_response(404)
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = ThreadingHTTPServer(("0.0.0.0", 0), Hub)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield {"endpoint": f"http://10.245.0.1:{srv.server_address[1]}", "token": token, "seen": seen}
-    srv.shutdown()
+    with fake_hub("ovserve-test/tiny-llm", files, token, host="0.0.0.0") as (port, seen):
+        yield {"endpoint": f"http://10.245.0.1:{port}", "token": token, "seen": seen}
 
 
 def test_huggingface_source_downloads_with_the_token_secret(
-    cluster, start_operator, namespace, project_image, fake_hub
+    cluster, start_operator, namespace, project_image, hf_hub
 ):
-    cluster.kubectl("create", "secret", "generic", "hf", "-n", namespace, f"--from-literal=token={fake_hub['token']}")
-    op = start_operator("op-hf", OVSERVE_HF_ENDPOINT=fake_hub["endpoint"])
+    cluster.kubectl("create", "secret", "generic", "hf", "-n", namespace, f"--from-literal=token={hf_hub['token']}")
+    op = start_operator("op-hf", OVSERVE_HF_ENDPOINT=hf_hub["endpoint"])
     cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader")
     cluster.apply(
         llms("hf", {"model": {"huggingFace": {"repo": "ovserve-test/tiny-llm", "tokenSecretRef": {"name": "hf"}}}}),
@@ -557,11 +527,11 @@ def test_huggingface_source_downloads_with_the_token_secret(
     )
     st = wait_phase(cluster, namespace, "hf", "Ready", 300)
     assert st["pipeline"]["resolved"] == "LM_CB"
-    assert all(ok for _, ok in fake_hub["seen"]) and fake_hub["seen"]
+    assert all(ok for _, ok in hf_hub["seen"]) and hf_hub["seen"]
     pod = cluster.get("pods", namespace=namespace)["items"][0]
     init = pod["spec"]["initContainers"][0]
-    assert fake_hub["token"] not in json.dumps(pod["spec"])  # only a secretKeyRef, never the value
-    assert fake_hub["token"] not in cluster.logs(pod["metadata"]["name"], namespace, init["name"])
+    assert hf_hub["token"] not in json.dumps(pod["spec"])  # only a secretKeyRef, never the value
+    assert hf_hub["token"] not in cluster.logs(pod["metadata"]["name"], namespace, init["name"])
 
 
 def test_children_deleted_by_hand_come_back(cluster, operator, namespace):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.parse
 import urllib.request
 
@@ -16,7 +15,16 @@ import numpy as np
 import pytest
 
 from . import test_operator_e2e as e2e
-from .test_operator_e2e import condition, has_event, llms, pvc_model, row, status, wait_phase
+from .test_operator_e2e import (
+    assert_refused_and_never_downgraded,
+    condition,
+    has_event,
+    llms,
+    pvc_model,
+    row,
+    status,
+    wait_phase,
+)
 
 pytestmark = [pytest.mark.cluster]
 
@@ -109,23 +117,4 @@ def test_sdpa_free_vlm_auto_falls_back_and_pinned_cb_fails(cluster, operator, na
     )
 
     # pinned VLM_CB: Failed, never downgraded
-    st = wait_phase(cluster, namespace, "vpin", "Failed", 240)
-    ready = condition(st, "Ready")
-    assert ready["status"] == "False" and ready["reason"] == "PagedAttentionNotSupported"
-    assert "not downgraded" in ready["message"]
-    cluster.wait_for(
-        lambda: has_event(cluster, namespace, "vpin", "Warning", "PagedAttentionNotSupported"),
-        30,
-        "Warning event",
-    )
-    for _ in range(5):
-        obj = cluster.get("llmserving", "vpin", namespace)
-        assert obj["spec"]["pipelineType"] == "VLM_CB"
-        assert obj["status"]["pipeline"].get("resolved") in (None, "")
-        assert obj["status"]["phase"] == "Failed"
-        r = row(cluster, namespace, "vpin")
-        assert (r["REQUESTED"], r["RESOLVED"], r["FALLBACK"], r["PHASE"]) == ("VLM_CB", "", "", "Failed")
-        time.sleep(2)
-    dep = cluster.get("deployment", "vpin", namespace)
-    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--pipeline-type") + 1] == "VLM_CB"
+    assert_refused_and_never_downgraded(cluster, namespace, "vpin", "VLM_CB", checks=5)
