@@ -158,3 +158,23 @@ def test_run_loop_steps_down_when_someone_else_holds_it():
         leases.obj["metadata"]["resourceVersion"] = str(leases.rv)
     assert el.lost.wait(2)
     stop.set()
+
+
+def test_acquire_renew_and_release_keep_the_leases_own_metadata():
+    """The chart creates the Lease with Helm's labels and annotations; a replace must not wipe them
+    (helm uninstall would then leave the Lease behind)."""
+    helm_meta = {
+        "labels": {"app.kubernetes.io/managed-by": "Helm"},
+        "annotations": {"meta.helm.sh/release-name": "ovserve"},
+    }
+    leases, clock = FakeLeases(), Clock()
+    leases.obj = {"metadata": {"name": "lease", "resourceVersion": "0", **copy.deepcopy(helm_meta)}, "spec": {}}
+    a, b = elector(leases, "a", clock), elector(leases, "b", clock)
+    assert a.try_acquire_or_renew()  # acquire
+    assert a.try_acquire_or_renew()  # renew
+    a.is_leader.set()
+    a.release()
+    assert b.try_acquire_or_renew()  # takeover
+    assert leases.holder == "b"
+    for key, value in helm_meta.items():
+        assert leases.obj["metadata"][key] == value
