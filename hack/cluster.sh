@@ -213,7 +213,7 @@ gpu() {
   case ${1:-status} in
     on)
       local n=${2:-2}
-      gpu off >/dev/null
+      gpu off >/dev/null   # through off: a plugin replaced in place leaves kubelet allocating stale, unhealthy devices
       [ -x "$OVSERVE_CACHE/bin/fake-gpu-plugin" ] && [ "$OVSERVE_CACHE/bin/fake-gpu-plugin" -nt "$here/deviceplugin/main.go" ] \
         || "$here/deviceplugin/build.sh"
       start gpu-plugin "$OVSERVE_CACHE/bin/fake-gpu-plugin" --devices "$n" --resource gpu.intel.com/i915 \
