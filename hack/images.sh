@@ -12,6 +12,9 @@ here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/.." && pwd)
 ST=${OVSERVE_CLUSTER_DIR:-/tmp/ovserve-cluster}
 SOCK=$ST/containerd.sock
 IMG_CACHE=$OVSERVE_CACHE/images; mkdir -p "$IMG_CACHE" "$ST/images"
+# One build at a time on this machine: buildah's tags are shared by every checkout and cluster, so two
+# concurrent builds of localhost/ovserve:dev could import each other's image.
+exec 8>"$IMG_CACHE/images.lock"; flock 8
 PROJECT_IMAGE=${OVSERVE_IMAGE:-localhost/ovserve:dev}
 BASE_IMAGE=localhost/ovserve-base:1
 log() { printf '[images %s] %s\n' "$(date +%T)" "$*" >&2; }
