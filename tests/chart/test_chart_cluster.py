@@ -225,6 +225,8 @@ CAN_I = [
     ("app", "delete", "deployments.apps", (), False),
     ("app", "list", "pods", (), True),
     ("app", "create", "events", (), True),
+    ("app", "list", "events", (), True),  # the kubelet's FailedMount events of pods stuck creating
+    ("app", "delete", "events", (), False),
     ("dev", "create", "deployments.apps", (), True),
     ("op", "get", "leases.coordination.k8s.io/ovserve-operator", (), True),
     ("op", "update", "leases.coordination.k8s.io/ovserve-operator", (), True),

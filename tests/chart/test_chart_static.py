@@ -35,7 +35,7 @@ EXPECTED_RBAC = {
     ("cluster", "apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("cluster", "core", "services"): {"get", "create", "patch"},
     ("cluster", "core", "pods"): {"get", "list", "watch"},
-    ("cluster", "core", "events"): {"create"},
+    ("cluster", "core", "events"): {"create", "list"},
     ("release-namespace", "coordination.k8s.io", "leases/ovserve-operator"): {"get", "update"},
 }
 

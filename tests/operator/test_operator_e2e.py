@@ -431,7 +431,7 @@ OPERATOR_RULES = [
         "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
     },
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "list"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     {
         "apiGroups": ["apiextensions.k8s.io"],
