@@ -283,6 +283,31 @@ def _complete(cluster, endpoint: str, model: str) -> dict:
     return json.loads(urllib.request.urlopen(req, timeout=60).read())
 
 
+def test_apply_into_an_unwatched_namespace_warns(cluster, release):
+    """The chart's ValidatingAdmissionPolicy (Warn): an LLMServing outside watchNamespaces is admitted but
+    `kubectl apply` prints that no operator will serve it; inside the scope, no warning."""
+    body = {
+        "apiVersion": "ovserve.dev/v1alpha1",
+        "kind": "LLMServing",
+        "metadata": {"name": "unwatched"},
+        "spec": {"model": {"pvc": {"claimName": "models"}}, "nodeSelector": {"ovserve.dev/test-nowhere": "true"}},
+    }
+    try:
+        # the policy is enforced a moment after helm created it: retry until the warning shows
+        def warned():
+            cluster.kubectl("delete", "llmserving", "unwatched", "-n", release["op"], "--ignore-not-found")
+            return "is not watched by the ovserve operator" in cluster.apply(body, release["op"]).stderr
+
+        cluster.wait_for(warned, 30, "the unwatched-namespace warning", interval=2)
+        err = cluster.apply(body, release["op"]).stderr
+        assert "Warning:" in err and release["app"] in err and f"-n {release['app']}" in err, err
+        err = cluster.apply(body, release["app"]).stderr
+        assert "not watched" not in err, err
+    finally:
+        for ns in (release["op"], release["app"]):
+            cluster.kubectl("delete", "llmserving", "unwatched", "-n", ns, "--ignore-not-found", check=False)
+
+
 def test_pvc_sample_ready_in_restricted_namespace(cluster, release, tiny_models):
     """A model on a PVC (hostPath PV): the runtime pod is admitted under Pod Security restricted."""
     ns = release["app"]
