@@ -379,7 +379,7 @@ async def refresh(
         )
         # Children drifted (deleted or edited by hand) or missing: re-apply, at most every 30 s.
         drifted = not deployed or deployed[0]["hash"] != desired_hash
-        if statusqueue.reapply_due(memory, drifted, time.monotonic(), REAPPLY_AFTER_S):
+        if statusqueue.reapply_due(memory, drifted, time.monotonic(), REAPPLY_AFTER_S, generation):
             logger.info(
                 "%s/%s: children missing or outdated (deployment hash %s, want %s): re-applying",
                 namespace,

@@ -102,11 +102,16 @@ class Memories:
         self._by_key.pop(key, None)
 
 
-def reapply_due(memory: Memory, drifted: bool, now: float, after_s: float) -> bool:
-    """Children missing or outdated: re-apply, at most every `after_s` (counted from the last apply)."""
+def reapply_due(memory: Memory, drifted: bool, now: float, after_s: float, generation: int | None = None) -> bool:
+    """Children missing or outdated: re-apply, at most every `after_s` (counted from the last apply);
+    at once when the spec changed since the apiserver refused an apply (the user fixed it, and kopf
+    may still be waiting out the refused handler's retry delay)."""
     if memory.applied_at is None:
         memory.applied_at = now
-    return drifted and now - memory.applied_at > after_s
+    if not drifted:
+        return False
+    refused = memory.apply_error
+    return now - memory.applied_at > after_s or (refused is not None and refused.generation != generation)
 
 
 def _parse_ts(value: Any) -> dt.datetime | None:

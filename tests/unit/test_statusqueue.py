@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from ovserve_operator import statusqueue as sq
+from ovserve_operator.rules import ApplyError
 
 
 class FakeClock:
@@ -69,6 +70,14 @@ def test_reapply_due(applied_at, drifted, now, want):
     m = sq.Memory(readback=None)  # type: ignore[arg-type]
     m.applied_at = applied_at
     assert sq.reapply_due(m, drifted, now, 30.0) is want
+
+
+def test_reapply_at_once_when_the_refused_spec_was_changed():
+    m = sq.Memory(readback=None)  # type: ignore[arg-type]
+    m.applied_at = 95.0
+    m.apply_error = ApplyError(2, 422, "Deployment/x", "invalid")
+    assert sq.reapply_due(m, True, 100.0, 30.0, generation=2) is False  # same refused spec: wait
+    assert sq.reapply_due(m, True, 100.0, 30.0, generation=3) is True  # fixed by the user: now
 
 
 BASE = {"phase": "Ready", "computedAt": "2026-12-03T07:00:00Z"}
