@@ -148,6 +148,10 @@ class Facts:
         return reason if R.phase_of("False", reason) in (api.Phase.PENDING, api.Phase.FAILED) else R.LOADING_REASON
 
 
+def _ts(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _one(pods: Sequence[PodFacts]) -> PodFacts | None:
     return min(pods, key=lambda p: p.name) if pods else None
 
@@ -254,7 +258,7 @@ def readback_failed(f: Facts) -> Finding | None:
     p = _one([p for p in f.current if p.container_ready and p.report is None and p.readback_error])
     if p is None:
         return None
-    since = p.failing_since.strftime("%Y-%m-%dT%H:%M:%SZ") if p.failing_since else "?"
+    since = _ts(p.failing_since) if p.failing_since else "?"
     return R.READBACK_FAILED, f"{p.name} is Ready but its report cannot be read since {since}: {p.readback_error}"
 
 
@@ -306,7 +310,8 @@ def loading(f: Facts) -> Finding | None:
     if stuck := [p for p in f.current if p.unschedulable]:
         msg += f"; {len(stuck)} unschedulable: {stuck[0].unschedulable}"
     if unread := _one([p for p in f.current if p.readback_error and p.report is None]):
-        msg += f"; {unread.name}: {unread.readback_error}"
+        since = f" (since {_ts(unread.failing_since)})" if unread.failing_since else ""
+        msg += f"; {unread.name}: {unread.readback_error}{since}"
     return R.LOADING_REASON, msg
 
 

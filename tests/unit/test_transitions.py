@@ -381,6 +381,14 @@ TRANSITIONS = {
             events=[("Normal", "Ready"), ("Normal", "ContinuousBatching")],
         ),
     ],
+    "loading-pod-unreadable-says-since-when": [
+        Step(
+            [pod("a", ready=False)],
+            {"a": Reading(None, "none", "GET /v1/status: ClientConnectorError", T0)},
+            row={"PHASE": "Loading", "REASON": "Loading"},
+            message_has=("ClientConnectorError (since 2026-12-03T07:00:00Z)",),
+        ),
+    ],
     "rollout-finishing-reports-old-pods-apart": [
         Step(
             [pod("old", hash="h0"), pod("new")],
