@@ -1,4 +1,4 @@
-"""Thin kopf glue. All decisions live in render / readback / status (pure, unit-tested).
+"""Thin kopf glue. All decisions live in render / readback / rules + status / statusqueue (unit-tested).
 
 - create / update / resume: render the Deployment + Service and server-side apply them.
 - indexes of the LLMServings, their runtime pods and their Deployments; every indexed event marks

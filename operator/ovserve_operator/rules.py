@@ -419,10 +419,12 @@ FALLBACK_CHAIN: Chain = (
     (UNKNOWN, fallback_unknown),
 )
 
-CHAINS: dict[str, Chain] = {
-    "Ready": READY_CHAIN,
-    "PipelineResolved": PIPELINE_RESOLVED_CHAIN,
-    "Fallback": FALLBACK_CHAIN,
+READY, PIPELINE_RESOLVED, FALLBACK = "Ready", "PipelineResolved", "Fallback"  # condition types
+
+CHAINS: dict[str, Chain] = {  # in this order in status.conditions
+    READY: READY_CHAIN,
+    PIPELINE_RESOLVED: PIPELINE_RESOLVED_CHAIN,
+    FALLBACK: FALLBACK_CHAIN,
 }
 
 

@@ -20,12 +20,9 @@ from . import podview, render
 from . import reasons as R
 from . import spec as api
 from .readback import Reading
-from .rules import CHAINS, ApplyError, Facts, PodFacts, disagreement, evaluate
+from .rules import CHAINS, FALLBACK, PIPELINE_RESOLVED, READY, ApplyError, Facts, PodFacts, disagreement, evaluate
 
-READY = "Ready"
-PIPELINE_RESOLVED = "PipelineResolved"
-FALLBACK = "Fallback"
-CONDITION_TYPES = (READY, PIPELINE_RESOLVED, FALLBACK)
+CONDITION_TYPES = tuple(CHAINS)
 
 
 @dataclasses.dataclass(frozen=True)
