@@ -12,11 +12,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @contextmanager
 def fake_hub(
-    repo: str, files: Mapping[str, Callable[[], bytes]], token: str, host: str = "127.0.0.1"
+    repo: str,
+    files: Mapping[str, Callable[[], bytes]],
+    token: str,
+    host: str = "127.0.0.1",
+    fail_first: int = 0,
 ) -> Iterator[tuple[int, list[tuple[str, bool]]]]:
     """Serve `files` (path -> content loader) as `repo` at revision main; yields (port, requests seen),
-    each request as (path, whether it carried the right token)."""
+    each request as (path, whether it carried the right token). The first `fail_first` requests are
+    answered 503 (a Hub having a bad moment)."""
     seen: list[tuple[str, bool]] = []
+    failures = [fail_first]
+    lock = threading.Lock()
     listing = f"/api/models/{repo}/revision/main"
     prefix = f"/{repo}/resolve/main/"
 
@@ -25,7 +32,12 @@ def fake_hub(
             ok = self.headers.get("Authorization") == f"Bearer {token}"
             seen.append((self.path, ok))
             rel = urllib.parse.unquote(self.path.removeprefix(prefix)) if self.path.startswith(prefix) else None
-            if not ok:
+            with lock:
+                fail = failures[0] > 0
+                failures[0] -= fail
+            if fail:
+                self._send(503)
+            elif not ok:
                 self._send(401)
             elif self.path == listing:
                 self._send(200, json.dumps({"siblings": [{"rfilename": f} for f in files]}).encode())

@@ -62,11 +62,25 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Reason of the Ready condition.",
     },
     {
+        "name": "Previous",
+        "type": "string",
+        "priority": 1,
+        "jsonPath": ".status.previous.summary",
+        "description": "Pods of an earlier spec still running: ready/count and their pipeline.",
+    },
+    {
         "name": "Endpoint",
         "type": "string",
         "priority": 1,
         "jsonPath": ".status.endpoint",
         "description": "Cluster URL of the OpenAI-compatible API.",
+    },
+    {
+        "name": "Computed",
+        "type": "date",
+        "priority": 1,
+        "jsonPath": ".status.computedAt",
+        "description": "When the operator last computed the status (refreshed every minute; older = no operator).",
     },
 ]
 
@@ -103,8 +117,7 @@ def _structural(node: Any, defs: dict[str, Any], *, keep_defaults: bool) -> Any:
         else:
             out[key] = copy.deepcopy(value)
     if out.get("x-kubernetes-int-or-string"):
-        # structural: int-or-string may carry only the canonical anyOf, no value validations
-        out.pop("pattern", None)
+        # structural: int-or-string carries the canonical anyOf and no type; a pattern applies to strings
         out.pop("type", None)
     if out.get("additionalProperties") is not None and "properties" in out and not out["properties"]:
         out.pop("properties")

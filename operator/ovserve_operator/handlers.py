@@ -1,13 +1,15 @@
-"""Thin kopf glue. All decisions live in render / readback / status (pure, unit-tested).
+"""Thin kopf glue. All decisions live in render / readback / rules + status / statusqueue (unit-tested).
 
 - create / update / resume: render the Deployment + Service and server-side apply them.
 - indexes of the LLMServings, their runtime pods and their Deployments; every indexed event marks
   the owning LLMServing dirty.
-- one status controller task (started at startup): for every LLMServing that is dirty or due (every
-  `status_interval` seconds) read the runtime reports, recompute the whole status, patch it only when
-  it changed, post the Events of the condition transitions, and re-apply the children if they
-  drifted or vanished. No per-object daemon, hence no finalizer: deleting an LLMServing never waits
-  for the operator, and the children go by garbage collection (ownerReferences).
+- one status controller task (statusqueue.StatusController, started at startup): for every LLMServing
+  that is dirty or due, `refresh` reads the runtime reports (and, for pods stuck creating, their mount
+  Events), recomputes the whole status, patches it when it changed (or its heartbeat is due), posts the
+  Events of the condition transitions, and re-applies the children if they drifted or vanished. No
+  per-object daemon, hence no finalizer: deleting an LLMServing never waits for the operator, and the
+  children go by garbage collection (ownerReferences).
+- an apply the apiserver refuses (4xx) is remembered with its generation: status shows it (ApplyFailed).
 
 The process starts kopf only while it holds the leader Lease (cli.py), so nothing here checks it.
 """
@@ -25,10 +27,11 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from . import readback, render, status
+from . import podview, readback, render, status, statusqueue
 from . import spec as api
 from .health import HealthState
-from .kube import Kube, error_text
+from .kube import Kube, error_status, error_text, is_refusal
+from .rules import ApplyError
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -39,9 +42,9 @@ RUNTIME_POD_LABELS = {
     render.LABEL_OWNER: kopf.PRESENT,
 }
 REAPPLY_AFTER_S = 30.0
+REFUSED_RETRY_S = 60.0  # a refused apply is retried this often (a webhook or a quota may change)
+EVENTS_EVERY_S = 10.0  # a creating pod's Events are read at most this often
 CONCURRENCY = 16
-
-Key = tuple[str, str]
 
 
 class _Context:
@@ -49,12 +52,10 @@ class _Context:
         self.settings = Settings()
         self.kube: Kube | None = None
         self.health = HealthState()
-        self.active: set[Key] = set()  # seen by create/update/resume (i.e. after the indexes filled)
-        self.dirty: set[Key] = set()
-        self.wake: asyncio.Event | None = None
-        self.last_status: dict[Key, dict[str, Any]] = {}
-        self.applied_at: dict[Key, float] = {}
+        self.queue = statusqueue.WorkQueue(self.settings.status_interval_s)
+        self.memories = statusqueue.Memories(self.settings.readback_grace_s)
         self.task: asyncio.Task | None = None
+        self.events_forbidden = False  # RBAC without `list events`: stop asking, say it once
 
 
 CTX = _Context()
@@ -62,6 +63,8 @@ CTX = _Context()
 
 def configure(settings: Settings, kube: Kube, health: HealthState) -> None:
     CTX.settings, CTX.kube, CTX.health = settings, kube, health
+    CTX.queue = statusqueue.WorkQueue(settings.status_interval_s)
+    CTX.memories = statusqueue.Memories(settings.readback_grace_s)
 
 
 def _kube() -> Kube:
@@ -72,22 +75,25 @@ def _kube() -> Kube:
 
 def _mark(namespace: str, name: str) -> None:
     """Mark an LLMServing dirty (call from the event loop only)."""
-    CTX.dirty.add((namespace, name))
-    if CTX.wake is not None:
-        CTX.wake.set()
+    CTX.queue.mark((namespace, name))
 
 
 def _pod_snapshot(body: kopf.Body) -> dict[str, Any]:
     meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
     return copy.deepcopy(
         {
             "metadata": {
                 "name": meta.get("name"),
                 "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "creationTimestamp": meta.get("creationTimestamp"),
                 "labels": dict(meta.get("labels") or {}),
                 "annotations": dict(meta.get("annotations") or {}),
                 "deletionTimestamp": meta.get("deletionTimestamp"),
             },
+            # init container names: an init container without a status yet still counts
+            "spec": {"initContainers": [{"name": c.get("name")} for c in spec.get("initContainers") or []]},
             "status": dict(body.get("status") or {}),
         }
     )
@@ -152,10 +158,32 @@ async def runtime_deployments(
 async def _startup(
     llmservings: kopf.Index, runtime_pods: kopf.Index, runtime_deployments: kopf.Index, **_: Any
 ) -> None:
-    CTX.wake = asyncio.Event()
-    CTX.task = asyncio.create_task(
-        status_controller(llmservings, runtime_pods, runtime_deployments), name="ovserve status controller"
+    CTX.queue.wake = asyncio.Event()  # of this loop
+    CTX.queue.wake.set()
+
+    async def refresh_one(key: statusqueue.Key, snapshot: dict[str, Any]) -> None:
+        await refresh(snapshot, pods_index=runtime_pods, deployments_index=runtime_deployments)
+
+    def on_cycle(count: int) -> None:
+        CTX.health.beat()
+        CTX.health.counters["ovserve_operator_llmservings"] = float(count)
+
+    def on_error(key: statusqueue.Key, e: BaseException) -> None:
+        CTX.health.inc("ovserve_operator_status_errors_total")
+        log.warning("%s/%s: status refresh failed: %s", key[0], key[1], error_text(e))
+        if (memory := CTX.memories.get(key)) is not None:
+            memory.last_status = None
+
+    controller = statusqueue.StatusController(
+        CTX.queue,
+        llmservings,
+        refresh_one,
+        on_gone=CTX.memories.forget,
+        on_cycle=on_cycle,
+        on_error=on_error,
+        concurrency=CONCURRENCY,
     )
+    CTX.task = asyncio.create_task(controller.run(), name="ovserve status controller")
     CTX.health.kopf_running = True
     CTX.health.beat()
 
@@ -173,23 +201,53 @@ async def _cleanup(**_: Any) -> None:
 # ------------------------------------------------------------------------------------- reconcile
 
 
+class ApplyRefused(Exception):
+    """The apiserver refused a child (4xx): retrying the same body cannot help."""
+
+    def __init__(self, target: str, code: int, message: str) -> None:
+        super().__init__(f"{target}: HTTP {code}: {message}")
+        self.target, self.code, self.message = target, code, message
+
+
 def _apply_children(name: str, namespace: str, uid: str, spec: api.LLMServingSpec) -> list[str]:
     kube = _kube()
     applied = []
     for obj in render.render(name, namespace, uid, spec, CTX.settings):
-        kube.apply(obj)
-        applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
-    CTX.applied_at[(namespace, name)] = time.monotonic()
+        target = f"{obj['kind']}/{obj['metadata']['name']}"
+        try:
+            kube.apply(obj)
+        except Exception as e:
+            if is_refusal(e):
+                raise ApplyRefused(target, error_status(e) or 0, error_text(e)) from e
+            raise
+        applied.append(target)
+    return applied
+
+
+async def apply_children(
+    name: str, namespace: str, uid: str, generation: int | None, spec: api.LLMServingSpec
+) -> list[str]:
+    """Apply in a thread; remember the outcome for the status (a refusal with its generation)."""
+    memory = CTX.memories[(namespace, name)]
+    try:
+        applied = await asyncio.to_thread(_apply_children, name, namespace, uid, spec)
+    except ApplyRefused as e:
+        memory.apply_error = ApplyError(generation, e.code, e.target, e.message)
+        raise
+    finally:
+        memory.applied_at = time.monotonic()
+    memory.apply_error = None
     return applied
 
 
 @kopf.on.resume(api.GROUP, api.VERSION, api.PLURAL)
 @kopf.on.create(api.GROUP, api.VERSION, api.PLURAL)
 @kopf.on.update(api.GROUP, api.VERSION, api.PLURAL)
-async def reconcile(name: str, namespace: str, uid: str, spec: kopf.Spec, logger: logging.Logger, **_: Any) -> None:
+async def reconcile(
+    name: str, namespace: str, uid: str, spec: kopf.Spec, meta: kopf.Meta, logger: logging.Logger, **_: Any
+) -> None:
     # async: runs in the loop, so CTX is only ever touched from the loop; API calls go to a thread
-    key = (namespace, name)
-    CTX.active.add(key)
+    CTX.queue.activate((namespace, name))
     try:
         typed = api.parse_spec(dict(spec))
     except ValidationError as e:
@@ -197,7 +255,11 @@ async def reconcile(name: str, namespace: str, uid: str, spec: kopf.Spec, logger
         _mark(namespace, name)
         raise kopf.PermanentError(f"invalid spec: {e}") from e
     try:
-        applied = await asyncio.to_thread(_apply_children, name, namespace, uid, typed)
+        applied = await apply_children(name, namespace, uid, meta.get("generation"), typed)
+    except ApplyRefused as e:
+        CTX.health.inc("ovserve_operator_apply_errors_total")
+        _mark(namespace, name)  # the status says so at once; a webhook or quota may change: retry slowly
+        raise kopf.TemporaryError(f"the apiserver refused {e}", delay=REFUSED_RETRY_S) from e
     except Exception as e:
         CTX.health.inc("ovserve_operator_apply_errors_total")
         raise kopf.TemporaryError(f"applying children failed: {error_text(e)}", delay=5) from e
@@ -235,6 +297,35 @@ def _event_body(obj: dict[str, Any], ev: status.Event) -> dict[str, Any]:
     }
 
 
+async def _mount_failures(memory: statusqueue.Memory, namespace: str, pods: list[dict[str, Any]]) -> dict[str, str]:
+    """pod name -> the kubelet's latest volume failure, for pods stuck before their containers start
+    (a missing hostPath shows nowhere else). Each such pod's Events are read at most every 10 s."""
+    now = time.monotonic()
+    creating = [p for p in pods if podview.is_creating(p)]
+    names = {podview.name(p) for p in creating}
+    memory.mount_failures = {k: v for k, v in memory.mount_failures.items() if k in names}
+    memory.events_read_at = {k: v for k, v in memory.events_read_at.items() if k in {podview.uid(p) for p in creating}}
+    if CTX.events_forbidden:
+        return memory.mount_failures
+    for pod in creating:
+        uid = podview.uid(pod)
+        if now - memory.events_read_at.get(uid, -1e9) < EVENTS_EVERY_S:
+            continue
+        memory.events_read_at[uid] = now
+        try:
+            events = await asyncio.to_thread(_kube().list_pod_events, namespace, podview.name(pod))
+        except Exception as e:
+            if error_status(e) == 403:
+                CTX.events_forbidden = True
+                log.warning("cannot list pod events (%s): missing volumes show as ContainerCreating", error_text(e))
+                break
+            log.warning("%s: listing pod events failed: %s", podview.name(pod), error_text(e))
+            continue
+        if (msg := podview.mount_failure(events)) is not None:
+            memory.mount_failures[podview.name(pod)] = msg
+    return memory.mount_failures
+
+
 async def refresh(
     obj: dict[str, Any],
     *,
@@ -246,9 +337,10 @@ async def refresh(
     meta = obj["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid") or ""
     key = (namespace, name)
+    memory = CTX.memories[key]
     generation = meta.get("generation")
     current = copy.deepcopy(obj.get("status") or {})
-    previous = CTX.last_status.get(key) or current
+    previous = memory.last_status or current
     now = dt.datetime.now(dt.UTC)
     try:
         typed = api.parse_spec(dict(obj.get("spec") or {}))
@@ -268,6 +360,9 @@ async def refresh(
         pods = list(pods_index.get(key, [])) if pods_index is not None else []
         deployed = list(deployments_index.get(key, [])) if deployments_index is not None else []
         readings = await readback.read_reports(pods, timeout=CTX.settings.status_http_timeout_s)
+        readings = memory.readback.apply(pods, readings, now)
+        memory.readback.forget_except({podview.uid(p) for p in pods})
+        mounts = await _mount_failures(memory, namespace, pods)
         result = status.compute(
             name=name,
             namespace=namespace,
@@ -279,10 +374,12 @@ async def refresh(
             desired_hash=desired_hash,
             now=now,
             deployment=deployed[0] if deployed else None,
+            apply_error=memory.apply_error,
+            mount_failures=mounts,
         )
         # Children drifted (deleted or edited by hand) or missing: re-apply, at most every 30 s.
-        since = time.monotonic() - CTX.applied_at.setdefault(key, time.monotonic())
-        if (not deployed or deployed[0]["hash"] != desired_hash) and since > REAPPLY_AFTER_S:
+        drifted = not deployed or deployed[0]["hash"] != desired_hash
+        if statusqueue.reapply_due(memory, drifted, time.monotonic(), REAPPLY_AFTER_S, generation):
             logger.info(
                 "%s/%s: children missing or outdated (deployment hash %s, want %s): re-applying",
                 namespace,
@@ -291,15 +388,15 @@ async def refresh(
                 desired_hash,
             )
             try:
-                await asyncio.to_thread(_apply_children, name, namespace, uid, typed)
+                await apply_children(name, namespace, uid, generation, typed)
             except Exception as e:
                 logger.warning("%s/%s: re-apply failed: %s", namespace, name, error_text(e))
 
-    if status.same(result.status, current) and status.same(result.status, previous):
+    if not statusqueue.needs_patch(result.status, current, memory.last_status, CTX.settings.status_heartbeat_s):
         return False
     kube = _kube()
     await asyncio.to_thread(kube.patch_status, namespace, name, status.status_patch(result.status, current))
-    CTX.last_status[key] = result.status
+    memory.last_status = result.status
     CTX.health.inc("ovserve_operator_status_patches_total")
     for ev in result.events:
         try:
@@ -308,58 +405,3 @@ async def refresh(
         except Exception as e:
             logger.warning("%s/%s: posting event %s failed: %s", namespace, name, ev.reason, error_text(e))
     return True
-
-
-async def status_controller(llms_index: Any, pods_index: Any, deployments_index: Any) -> None:
-    """Refresh dirty LLMServings at once and every one at least every `status_interval` seconds."""
-    assert CTX.wake is not None
-    interval = CTX.settings.status_interval_s
-    due: dict[Key, float] = {}
-    sem = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(key: Key) -> None:
-        async with sem:
-            snaps = list(llms_index.get(key, []))
-            if not snaps:
-                return
-            try:
-                await refresh(snaps[0], pods_index=pods_index, deployments_index=deployments_index)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                CTX.health.inc("ovserve_operator_status_errors_total")
-                log.warning("%s/%s: status refresh failed: %s", key[0], key[1], error_text(e))
-                CTX.last_status.pop(key, None)
-
-    while True:
-        try:
-            await _cycle(llms_index, due, interval, one)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # never let one bad cycle stop the controller
-            log.exception("status controller cycle failed")
-            await asyncio.sleep(1)
-
-
-async def _cycle(llms_index: Any, due: dict[Key, float], interval: float, one: Any) -> None:
-    """One pass: refresh what is dirty or due, then sleep until the next due time or a wake-up."""
-    assert CTX.wake is not None
-    CTX.wake.clear()
-    now = time.monotonic()
-    present = {k for k in CTX.active if k in llms_index}
-    for gone in set(CTX.active) - present:  # deleted: forget it
-        CTX.active.discard(gone)
-        for cache in (CTX.last_status, CTX.applied_at, due):
-            cache.pop(gone, None)
-    todo = [k for k in present if k in CTX.dirty or due.get(k, 0.0) <= now]
-    CTX.dirty.difference_update(todo)
-    for k in todo:
-        due[k] = now + interval
-    if todo:
-        await asyncio.gather(*(one(k) for k in todo))
-    CTX.health.beat()
-    CTX.health.counters["ovserve_operator_llmservings"] = float(len(present))
-    wait = max(0.05, min([*(d - time.monotonic() for d in due.values()), interval]))
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(CTX.wake.wait(), wait)
-        await asyncio.sleep(0.2)  # woken by an event: coalesce the burst

@@ -84,6 +84,17 @@ class Kube:
             _request_timeout=_TIMEOUT,
         )
 
+    def list_pod_events(self, namespace: str, pod_name: str) -> list[dict[str, Any]]:
+        """core/v1 Events about one pod (the kubelet's FailedMount lives only there). Needs `list` on
+        events in the namespace, nothing more."""
+        out = self.dyn.get(
+            self.resource("v1", "Event"),
+            namespace=namespace,
+            field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod_name}",
+            _request_timeout=_TIMEOUT,
+        )
+        return list(out.to_dict().get("items") or [])
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         self.dyn.create(self.resource("v1", "Event"), body=body, namespace=namespace, _request_timeout=_TIMEOUT)
 
@@ -134,6 +145,19 @@ class LeaseAdapter:
 
     def is_conflict(self, exc: BaseException) -> bool:
         return isinstance(exc, (self.kube.errors.ConflictError, self.kube.errors.UnprocessibleEntityError))
+
+
+def error_status(exc: BaseException) -> int | None:
+    """The HTTP status of an API error (kubernetes' ApiException / DynamicApiError), else None."""
+    code = getattr(exc, "status", None)
+    return code if isinstance(code, int) else None
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """The apiserver refused the request itself (invalid, forbidden by a webhook or quota): retrying the
+    same body cannot help. 409 (conflict) and 429 (throttled) are transient."""
+    code = error_status(exc)
+    return code is not None and 400 <= code < 500 and code not in (409, 429)
 
 
 def error_text(exc: BaseException) -> str:

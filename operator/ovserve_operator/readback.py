@@ -3,13 +3,16 @@
 Running pods are asked over HTTP (GET http://<podIP>:8000/v1/status). Pods whose runtime exited are
 read from the container status: the runtime writes its report as the last line of its termination
 message (terminationMessagePolicy FallbackToLogsOnError), which the kubelet keeps in
-state/lastState.terminated.message even when the pod was never reachable.
+state/lastState.terminated.message even when the pod was never reachable. A Ready pod whose report
+cannot be read keeps its last good report for a bounded grace (ReadbackMemory); pod inspection itself
+lives in podview.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -17,70 +20,100 @@ from typing import Any
 import aiohttp
 from ovserve_runtime.report import RuntimeReport, State
 
-from .render import CONTAINER_NAME, PORT
+from . import podview
+from .render import PORT
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
 class Reading:
-    """What we know about one pod's runtime: its report (or None) and where it came from."""
+    """What we know about one pod's runtime: its report (or None) and where it came from.
+
+    `error` is the last readback error; `failing_since` (wall clock) when GET /v1/status began to fail
+    for a pod that was read before; source "remembered" = the last good report, kept within the grace.
+    """
 
     report: RuntimeReport | None
-    source: str  # "http", "terminationMessage" or "none"
+    source: str  # "http", "remembered", "terminationMessage" or "none"
     error: str = ""
+    failing_since: dt.datetime | None = None
 
 
-def _container_status(pod: Mapping[str, Any], name: str = CONTAINER_NAME) -> Mapping[str, Any] | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == name:
-            return cs
-    return None
+def choose(
+    http_report: RuntimeReport | None, terminated: RuntimeReport | None, container_ready: bool = False
+) -> tuple[RuntimeReport | None, str]:
+    """Combine the live report and the last termination report (pure).
+
+    A pod that failed before and is not ready now is reported as failed: otherwise a crash-looping
+    runtime would flap between Loading and Failed with every restart. A container that is ready now
+    is never reported by an old failure (its report may just be unreadable for a moment).
+    """
+    if http_report is not None and http_report.state == State.READY:
+        return http_report, "http"
+    if terminated is not None and terminated.state == State.FAILED and not container_ready:
+        return terminated, "terminationMessage"
+    if http_report is not None:
+        return http_report, "http"
+    if terminated is not None and not container_ready:
+        return terminated, "terminationMessage"
+    return None, "none"
 
 
-def termination_report(pod: Mapping[str, Any]) -> RuntimeReport | None:
-    """The report in the runtime container's current or last termination message, if any."""
-    cs = _container_status(pod)
-    if not cs:
-        return None
-    for key in ("state", "lastState"):
-        terminated = (cs.get(key) or {}).get("terminated") or {}
-        report = RuntimeReport.from_text(terminated.get("message") or "")
-        if report is not None:
-            return report
-    return None
+@dataclasses.dataclass(frozen=True)
+class PodMemory:
+    """The last good report of one pod and, while GET /v1/status fails, since when."""
+
+    report: RuntimeReport | None = None
+    failing_since: dt.datetime | None = None
 
 
-def is_running(pod: Mapping[str, Any]) -> bool:
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("phase") != "Running" or not status.get("podIP"):
-        return False
-    cs = _container_status(pod)
-    return bool(cs and (cs.get("state") or {}).get("running") is not None)
+def with_grace(
+    reading: Reading, memory: PodMemory | None, *, ready_now: bool, now: dt.datetime, grace: dt.timedelta
+) -> tuple[Reading, PodMemory]:
+    """Apply the readback grace (pure): a pod that is Ready and was read before keeps its last good
+    report for `grace` after its /v1/status began to fail; afterwards it has no report, and the
+    reading carries the error and since when."""
+    memory = memory or PodMemory()
+    if reading.source == "http" and reading.report is not None:
+        return reading, PodMemory(report=reading.report)
+    if not reading.error:  # not asked (not running): nothing to remember or forgive
+        return reading, PodMemory()
+    since = memory.failing_since or now
+    kept = PodMemory(report=memory.report, failing_since=since)
+    if ready_now and memory.report is not None and now - since < grace:
+        return Reading(memory.report, "remembered", reading.error, since), kept
+    return dataclasses.replace(reading, failing_since=since), kept
+
+
+class ReadbackMemory:
+    """Per-pod PodMemory across status cycles (keyed by pod uid); forgets pods no longer seen."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace = dt.timedelta(seconds=grace_s)
+        self._pods: dict[str, PodMemory] = {}
+
+    def apply(
+        self, pods: list[Mapping[str, Any]], readings: dict[str, Reading], now: dt.datetime
+    ) -> dict[str, Reading]:
+        out: dict[str, Reading] = {}
+        for pod in pods:
+            key, name = podview.uid(pod), podview.name(pod)
+            reading = readings.get(name) or Reading(None, "none")
+            out[name], self._pods[key] = with_grace(
+                reading, self._pods.get(key), ready_now=podview.container_ready(pod), now=now, grace=self.grace
+            )
+        return out
+
+    def forget_except(self, uids: set[str]) -> None:
+        for key in set(self._pods) - uids:
+            del self._pods[key]
 
 
 def status_url(pod: Mapping[str, Any], port: int = PORT) -> str:
     ip = (pod.get("status") or {}).get("podIP", "")
     host = f"[{ip}]" if ":" in ip else ip
     return f"http://{host}:{port}/v1/status"
-
-
-def choose(http_report: RuntimeReport | None, terminated: RuntimeReport | None) -> tuple[RuntimeReport | None, str]:
-    """Combine the live report and the last termination report (pure).
-
-    A pod that failed before and is not ready now is reported as failed: otherwise a crash-looping
-    runtime would flap between Loading and Failed with every restart.
-    """
-    if http_report is not None and http_report.state == State.READY:
-        return http_report, "http"
-    if terminated is not None and terminated.state == State.FAILED:
-        return terminated, "terminationMessage"
-    if http_report is not None:
-        return http_report, "http"
-    if terminated is not None:
-        return terminated, "terminationMessage"
-    return None, "none"
 
 
 async def fetch_report(
@@ -96,11 +129,11 @@ async def fetch_report(
 
 
 async def read_pod(session: aiohttp.ClientSession, pod: Mapping[str, Any], port: int = PORT) -> Reading:
-    terminated = termination_report(pod)
+    terminated = podview.termination_report(pod)
     http_report, error = (None, "")
-    if is_running(pod):
+    if podview.is_running(pod):
         http_report, error = await fetch_report(session, pod, port)
-    report, source = choose(http_report, terminated)
+    report, source = choose(http_report, terminated, podview.container_ready(pod))
     return Reading(report=report, source=source, error=error)
 
 

@@ -72,6 +72,8 @@ class Settings:
     health_port: int = 8080
     status_interval_s: float = 5.0
     status_http_timeout_s: float = 2.0
+    readback_grace_s: float = 30.0  # a Ready pod keeps its last good report this long when unreadable
+    status_heartbeat_s: float = 60.0  # status.computedAt is rewritten at least this often
     log_level: str = "INFO"
 
     @property
@@ -131,6 +133,10 @@ class Settings:
             kw["health_port"] = port
         if v := get("OVSERVE_STATUS_INTERVAL_SECONDS"):
             kw["status_interval_s"] = _float("OVSERVE_STATUS_INTERVAL_SECONDS", v)
+        if v := get("OVSERVE_READBACK_GRACE_SECONDS"):
+            kw["readback_grace_s"] = _float("OVSERVE_READBACK_GRACE_SECONDS", v)
+        if v := get("OVSERVE_STATUS_HEARTBEAT_SECONDS"):
+            kw["status_heartbeat_s"] = _float("OVSERVE_STATUS_HEARTBEAT_SECONDS", v)
         if v := get("OVSERVE_LOG_LEVEL"):
             kw["log_level"] = v.upper()
         settings = cls(**kw)

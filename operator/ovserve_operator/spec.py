@@ -7,10 +7,10 @@ validates every object it handles with them, and the status it writes is an `LLM
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from ovserve_runtime.report import PipelineType
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 GROUP = "ovserve.dev"
 VERSION = "v1alpha1"
@@ -152,22 +152,31 @@ class SchedulerConfig(_Strict):
     kvCachePrecision: KVCachePrecision | None = Field(None, description="KV-cache element precision.")
 
 
-_INT_OR_STRING = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
+# resource.Quantity's canonical syntax (as kubebuilder renders it): `kubectl apply` refuses "two" early.
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_QUANTITY = {
+    "x-kubernetes-int-or-string": True,
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "pattern": QUANTITY_PATTERN,
+}
+Quantity = Annotated[int | Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)], "resource.Quantity"]
 
 
 class ResourceRequirements(_Strict):
     """Compute resources of the runtime container (core/v1 ResourceRequirements, requests and limits)."""
 
-    requests: dict[str, int | str] | None = Field(
+    requests: dict[str, Quantity] | None = Field(
         None,
         description="Minimum resources, e.g. {cpu: '2', memory: 4Gi}.",
-        json_schema_extra={"additionalProperties": _INT_OR_STRING},
+        json_schema_extra={"additionalProperties": _QUANTITY},
     )
-    limits: dict[str, int | str] | None = Field(
+    limits: dict[str, Quantity] | None = Field(
         None,
         description="Maximum resources. For device GPU the operator adds the Intel GPU resource (1) "
         "unless a gpu.intel.com/* limit is given here.",
-        json_schema_extra={"additionalProperties": _INT_OR_STRING},
+        json_schema_extra={"additionalProperties": _QUANTITY},
     )
 
 
@@ -242,6 +251,19 @@ class PipelineStatus(BaseModel):
     message: str = Field("", description="Details, e.g. the original PagedAttention error.")
 
 
+class PreviousPods(BaseModel):
+    """Pods of an EARLIER spec that still exist (a rollout that has not finished, or cannot). Reported
+    apart: status.pipeline and the conditions describe the current spec's pods only."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    replicas: int = Field(0, ge=0, description="Pods of earlier specs that exist (not terminating).")
+    readyReplicas: int = Field(0, ge=0, description="Of those, Ready with a ready runtime: they still get traffic.")
+    resolved: str | None = Field(None, description="Pipeline(s) they report, comma-separated; empty when none.")
+    fallbackReason: str | None = Field(None, description="Their fallback reason, if they fell back.")
+    summary: str = Field("", description="One line for the PREVIOUS column, e.g. '1/1 serving LM (fallback)'.")
+
+
 class LLMServingStatus(BaseModel):
     """Observed state, recomputed from the runtime pods and their reports (never latched)."""
 
@@ -255,6 +277,15 @@ class LLMServingStatus(BaseModel):
     readyDisplay: str = Field("0/0", description="readyReplicas/spec.replicas, for the READY column.")
     selector: str = Field("", description="Label selector of the runtime pods (scale subresource).")
     endpoint: str | None = Field(None, description="Cluster URL of the OpenAI-compatible API (…/v3).")
+    previous: PreviousPods | None = Field(
+        None, description="Pods of an earlier spec still running (their pipeline and count); absent when none."
+    )
+    computedAt: str | None = Field(
+        None,
+        description="When the operator last computed this status (RFC 3339); refreshed at least every "
+        "heartbeat even when nothing changed, so an old value means no operator is running.",
+        json_schema_extra={"format": "date-time"},
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, PipelineResolved, Fallback (metav1.Condition).",
@@ -300,6 +331,7 @@ __all__ = [
     "Phase",
     "PipelineStatus",
     "PipelineType",
+    "PreviousPods",
     "ResourceRequirements",
     "SchedulerConfig",
     "SecretKeySelector",

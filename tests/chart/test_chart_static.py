@@ -35,7 +35,7 @@ EXPECTED_RBAC = {
     ("cluster", "apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("cluster", "core", "services"): {"get", "create", "patch"},
     ("cluster", "core", "pods"): {"get", "list", "watch"},
-    ("cluster", "core", "events"): {"create"},
+    ("cluster", "core", "events"): {"create", "list"},
     ("release-namespace", "coordination.k8s.io", "leases/ovserve-operator"): {"get", "update"},
 }
 
@@ -373,3 +373,22 @@ def test_kind_makefile_parses(tmp_path):
 def test_chart_package(tmp_path: Path):
     out = helm("package", str(CHART), "-d", str(tmp_path)).stdout
     assert "ovserve-0.1.0.tgz" in out
+
+
+def test_unwatched_namespace_warning_policy_follows_the_watch_scope(tmp_path):
+    docs = render({"watchNamespaces": ["team-a", "team-b"]}, tmp_path)
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Warn"]}
+    match = policy["spec"]["matchConstraints"]
+    assert match["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["team-a", "team-b"]}
+    ]
+    assert match["resourceRules"][0]["resources"] == ["llmservings"]
+    assert policy["spec"]["failurePolicy"] == "Ignore"
+    msg = policy["spec"]["validations"][0]["messageExpression"]
+    assert "team-a, team-b" in msg and "-n team-a" in msg
+    # cluster-wide: every namespace is watched, nothing to warn about; and it can be turned off
+    assert not by_kind(render(), "ValidatingAdmissionPolicy")
+    off = {"watchNamespaces": ["team-a"], "unwatchedNamespaceWarning": {"enabled": False}}
+    assert not by_kind(render(off, tmp_path), "ValidatingAdmissionPolicy")

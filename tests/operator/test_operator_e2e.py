@@ -290,6 +290,11 @@ def test_leader_election_two_replicas_failover(cluster, start_operator, namespac
 def runtime(cluster, project_image, tiny_models, namespace):
     """The tiny models on a PVC "models" in the test namespace (restricted PSA refuses hostPath volumes):
     a hostPath PersistentVolume over the models directory, bound to the claim by name."""
+    yield from models_claim(cluster, namespace, tiny_models)
+
+
+def models_claim(cluster, namespace, tiny_models):
+    """Create the claim "models" over the tiny models (a hostPath PV bound by name); yield; remove them."""
     pv = f"models-{namespace}"[:63]
     cluster.apply(
         {
@@ -431,7 +436,7 @@ OPERATOR_RULES = [
         "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
     },
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "list"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     {
         "apiGroups": ["apiextensions.k8s.io"],
@@ -515,9 +520,7 @@ def hf_hub(tiny_models):
         yield {"endpoint": f"http://10.245.0.1:{port}", "token": token, "seen": seen}
 
 
-def test_huggingface_source_downloads_with_the_token_secret(
-    cluster, start_operator, namespace, project_image, hf_hub
-):
+def test_huggingface_source_downloads_with_the_token_secret(cluster, start_operator, namespace, project_image, hf_hub):
     cluster.kubectl("create", "secret", "generic", "hf", "-n", namespace, f"--from-literal=token={hf_hub['token']}")
     op = start_operator("op-hf", OVSERVE_HF_ENDPOINT=hf_hub["endpoint"])
     cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader")

@@ -59,7 +59,11 @@ def pod(
     unschedulable: str | None = None,
     deleting: bool = False,
     init_failed: str | None = None,
+    init: dict[str, Any] | None = None,
+    uid: str | None = None,
 ) -> dict[str, Any]:
+    """A runtime pod. `init`: the model-download init container's status (state, lastState, restartCount)."""
+    ready = ready and not waiting  # a waiting container is never ready
     annotations = {render.ANNOTATION_TEMPLATE_HASH: hash} if hash else {}
     conditions: list[dict[str, Any]] = []
     status: dict[str, Any] = {"phase": phase, "conditions": conditions}
@@ -97,7 +101,10 @@ def pod(
                     "lastState": {"terminated": {"exitCode": 1, "message": init_failed}},
                 }
             ]
+    if init is not None:
+        status["initContainerStatuses"] = [{"name": render.INIT_CONTAINER_NAME, "restartCount": 0, **init}]
     meta: dict[str, Any] = {
+        "uid": uid or f"uid-{name}",
         "name": name,
         "namespace": "ns",
         "annotations": annotations,
@@ -105,4 +112,14 @@ def pod(
     }
     if deleting:
         meta["deletionTimestamp"] = "2026-12-03T00:00:00Z"
-    return {"metadata": meta, "status": status}
+    spec: dict[str, Any] = {}
+    if init is not None or init_failed is not None:
+        spec["initContainers"] = [{"name": render.INIT_CONTAINER_NAME}]
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def creating(name: str, *, hash: str = "h1", init: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Scheduled, no container started yet (volumes are being mounted)."""
+    p = pod(name, hash=hash, phase="Pending", ready=False, waiting=("ContainerCreating", ""), init=init)
+    del p["status"]["podIP"]
+    return p

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 
 import pytest
 from aiohttp import web
-from ovserve_operator import readback
+from ovserve_operator import podview, readback
 
 from .podfixtures import CB_READY, LOADING, REFUSED, pod
 
@@ -26,14 +27,78 @@ def test_choose(http, terminated, want, source):
     assert readback.choose(http, terminated) == (want, source)
 
 
+@pytest.mark.parametrize(
+    "http,terminated,want,source",
+    [
+        (None, REFUSED, None, "none"),  # ready now: an old failure is not its report (unreadable for a moment)
+        (LOADING, REFUSED, LOADING, "http"),
+        (CB_READY, REFUSED, CB_READY, "http"),
+    ],
+)
+def test_choose_when_the_container_is_ready_now(http, terminated, want, source):
+    assert readback.choose(http, terminated, container_ready=True) == (want, source)
+
+
+T0 = dt.datetime(2026, 12, 3, 7, 0, 0, tzinfo=dt.UTC)
+GRACE = dt.timedelta(seconds=30)
+OK = readback.Reading(CB_READY, "http")
+FAIL = readback.Reading(None, "none", "GET /v1/status: TimeoutError: ")
+
+
+# each row: a sequence of (seconds after T0, reading, pod Ready now) -> (source, has report, failing since s)
+@pytest.mark.parametrize(
+    "steps,want",
+    [
+        pytest.param([(0, OK, True)], [("http", True, None)], id="read"),
+        pytest.param(
+            [(0, OK, True), (5, FAIL, True), (20, FAIL, True), (36, FAIL, True), (40, OK, True), (41, FAIL, True)],
+            [
+                ("http", True, None),
+                ("remembered", True, 5),  # one failed GET: the last good report stays
+                ("remembered", True, 5),
+                ("none", False, 5),  # beyond the grace: no report, the error and since when
+                ("http", True, None),  # read again: forgiven
+                ("remembered", True, 41),
+            ],
+            id="grace-then-expired-then-recovered",
+        ),
+        pytest.param(
+            [(0, OK, True), (5, FAIL, False)], [("http", True, None), ("none", False, 5)], id="not-ready-no-grace"
+        ),
+        pytest.param([(0, FAIL, True), (1, FAIL, True)], [("none", False, 0), ("none", False, 0)], id="never-read"),
+    ],
+)
+def test_with_grace(steps, want):
+    memory = None
+    got = []
+    for at, reading, ready in steps:
+        now = T0 + dt.timedelta(seconds=at)
+        out, memory = readback.with_grace(reading, memory, ready_now=ready, now=now, grace=GRACE)
+        since = None if out.failing_since is None else int((out.failing_since - T0).total_seconds())
+        got.append((out.source, out.report is not None, since))
+        if out.source == "remembered":
+            assert out.error  # the error travels with the remembered report
+    assert got == want
+
+
+def test_readback_memory_keys_by_pod_uid_and_forgets():
+    mem = readback.ReadbackMemory(30)
+    p = pod("a")
+    p["metadata"]["uid"] = "u1"
+    mem.apply([p], {"a": OK}, T0)
+    assert mem.apply([p], {"a": FAIL}, T0 + dt.timedelta(seconds=1))["a"].source == "remembered"
+    mem.forget_except(set())
+    assert mem.apply([p], {"a": FAIL}, T0 + dt.timedelta(seconds=2))["a"].source == "none"
+
+
 def test_termination_report_from_last_state_and_state():
     p = pod("a", waiting=("CrashLoopBackOff", ""), last_terminated_message="log line\n" + REFUSED.to_line())
-    assert readback.termination_report(p) == REFUSED
+    assert podview.termination_report(p) == REFUSED
     p2 = pod("b", running=False)
     p2["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = REFUSED.to_line() + "\n"
-    assert readback.termination_report(p2) == REFUSED
-    assert readback.termination_report(pod("c")) is None
-    assert readback.termination_report({"metadata": {"name": "d"}, "status": {}}) is None
+    assert podview.termination_report(p2) == REFUSED
+    assert podview.termination_report(pod("c")) is None
+    assert podview.termination_report({"metadata": {"name": "d"}, "status": {}}) is None
 
 
 @pytest.mark.parametrize(
@@ -46,7 +111,7 @@ def test_termination_report_from_last_state_and_state():
     ],
 )
 def test_is_running(p, running):
-    assert readback.is_running(p) is running
+    assert podview.is_running(p) is running
 
 
 def test_read_reports_over_http():

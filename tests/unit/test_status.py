@@ -9,6 +9,7 @@ import pytest
 from ovserve_operator import spec as api
 from ovserve_operator import status as st
 from ovserve_operator.readback import Reading
+from ovserve_operator.reasons import REGISTRY
 
 from .podfixtures import CB_READY, FALLBACK_READY, LEGACY_READY, LOADING, PA_ERROR, REFUSED, pod, report
 
@@ -214,16 +215,16 @@ CASES = [
         2,
     ),
     (
-        "rollout-old-pod-disagrees",
+        "rollout-old-pod-reported-apart",
         [pod("old", hash="h0"), pod("new", ready=False)],
         {"old": LEGACY_READY, "new": LOADING},
         "AUTO",
         1,
         "Loading",
         ("False", "Loading"),
-        ("True", "LegacyPipelineRequested"),
-        ("False", "LegacyPipelineRequested"),
-        "LM",
+        ("Unknown", "Loading"),
+        ("Unknown", "Loading"),
+        None,
         None,
         0,
     ),
@@ -235,9 +236,9 @@ CASES = [
         1,
         "Ready",
         ("True", "AllReplicasReady"),
-        ("False", "PodsDisagree"),
-        ("False", "PodsDisagree"),
-        "LM,LM_CB",
+        ("True", "ContinuousBatching"),
+        ("False", "ContinuousBatching"),
+        "LM_CB",
         None,
         1,
     ),
@@ -247,11 +248,11 @@ CASES = [
         {"old": CB_READY},
         "AUTO",
         1,
-        "Loading",
-        ("False", "Loading"),
-        ("True", "ContinuousBatching"),
-        ("False", "ContinuousBatching"),
-        "LM_CB",
+        "Pending",
+        ("False", "PodsNotCreated"),
+        ("Unknown", "PodsNotCreated"),
+        ("Unknown", "PodsNotCreated"),
+        None,
         None,
         0,
     ),
@@ -305,8 +306,8 @@ CASES = [
         1,
         "Failed",
         ("False", "CrashLoopBackOff"),
-        ("Unknown", "Loading"),
-        ("Unknown", "Loading"),
+        ("Unknown", "CrashLoopBackOff"),
+        ("Unknown", "CrashLoopBackOff"),
         None,
         None,
         0,
@@ -333,8 +334,8 @@ CASES = [
         1,
         "Failed",
         ("False", "ModelDownloadFailed"),
-        ("Unknown", "Loading"),
-        ("Unknown", "Loading"),
+        ("Unknown", "ModelDownloadFailed"),
+        ("Unknown", "ModelDownloadFailed"),
         None,
         None,
         0,
@@ -352,6 +353,34 @@ CASES = [
         "LM_CB",
         None,
         1,
+    ),
+    (
+        "init-completed-after-a-failure-is-not-a-failure",
+        [pod("a", init={"state": {"terminated": {"exitCode": 0}}, "lastState": {"terminated": {"exitCode": 1}}})],
+        {"a": CB_READY},
+        "AUTO",
+        1,
+        "Ready",
+        ("True", "AllReplicasReady"),
+        ("True", "ContinuousBatching"),
+        ("False", "ContinuousBatching"),
+        "LM_CB",
+        None,
+        1,
+    ),
+    (
+        "pinned-cb-loading-never-unknown-fallback",
+        [pod("a", ready=False)],
+        {"a": LOADING},
+        "LM_CB",
+        1,
+        "Loading",
+        ("False", "Loading"),
+        ("Unknown", "Loading"),
+        ("False", "PinnedPipeline"),
+        None,
+        None,
+        0,
     ),
 ]
 
@@ -391,8 +420,10 @@ def test_compute(
     assert s["endpoint"] == "http://llm.ns.svc:8000/v3"
     assert s["selector"] == "ovserve.dev/llmserving=llm,app.kubernetes.io/component=runtime"
     assert [c["type"] for c in s["conditions"]] == ["Ready", "PipelineResolved", "Fallback"]
+    assert s["computedAt"] == "2026-12-03T07:00:00Z"
     for c in s["conditions"]:
         assert REASON_RE.match(c["reason"]), c
+        assert c["reason"] in REGISTRY, c  # every reason written is a documented constant
         assert c["observedGeneration"] == 3
         assert c["lastTransitionTime"] == "2026-12-03T07:00:00Z"
     api.LLMServingStatus.model_validate(s)  # conforms to the CRD's status schema model

@@ -1,0 +1,218 @@
+"""Every condition and Event reason the operator writes, each with its phase and a one-line doc.
+
+The one registry of reasons: the status rules (rules.py) use these constants, never string literals;
+`phase_of` derives status.phase from the Ready reason; docs/operator.md's reason table is generated
+from this module (`python -m ovserve_operator.reasons --write docs/operator.md`) and a unit test fails
+when the two drift. Runtime reasons (ovserve_runtime.report.Reason) are registered here too, so that a
+reason the runtime reports has a documented phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+from ovserve_runtime.report import Reason as RuntimeReason
+
+from .spec import Phase
+
+# Ready=False reasons are sorted into phases; the others (Ready=True, PipelineResolved, Fallback, Events)
+# carry phase None.
+PENDING, LOADING, FAILED = Phase.PENDING, Phase.LOADING, Phase.FAILED
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasonDoc:
+    name: str
+    used_in: str  # where it appears: conditions and/or Event
+    phase: Phase | None  # status.phase when it is the Ready reason with status False
+    doc: str
+
+
+REGISTRY: dict[str, ReasonDoc] = {}
+
+
+def _r(name: str, used_in: str, phase: Phase | None, doc: str) -> str:
+    assert name not in REGISTRY, name
+    REGISTRY[name] = ReasonDoc(name, used_in, phase, doc)
+    return name
+
+
+# ------------------------------------------------------------------------- Ready True
+ALL_REPLICAS_READY = _r(
+    "AllReplicasReady",
+    "Ready=True",
+    None,
+    "every desired replica of the current spec is Ready and its runtime reports ready",
+)
+
+# ------------------------------------------------------------------------- operator: spec and children
+INVALID_SPEC = _r(
+    "InvalidSpec", "Ready", FAILED, "the spec is refused by the operator's typed model (nothing rendered)"
+)
+APPLY_FAILED = _r(
+    "ApplyFailed",
+    "Ready",
+    FAILED,
+    "the apiserver refused a child (4xx: invalid field, webhook, quota): its message, at that generation",
+)
+FAILED_CREATE = _r(
+    "FailedCreate", "Ready", FAILED, "the Deployment cannot create pods (admission, quota): the Deployment's message"
+)
+SCALED_TO_ZERO = _r("ScaledToZero", "Ready", PENDING, "spec.replicas is 0")
+PODS_NOT_CREATED = _r("PodsNotCreated", "Ready", PENDING, "no pod of the current spec exists yet")
+UNSCHEDULABLE = _r("Unschedulable", "Ready", PENDING, "the scheduler places no pod: its message (e.g. no GPU node)")
+
+# ------------------------------------------------------------------------- model source
+MODEL_NOT_FOUND = _r(
+    RuntimeReason.MODEL_NOT_FOUND.value,
+    "Ready, PipelineResolved",
+    FAILED,
+    "the model is missing: hostPath or claim not found (kubelet, scheduler) or no IR at the path (runtime)",
+)
+VOLUME_MOUNT_FAILED = _r(
+    "VolumeMountFailed", "Ready", FAILED, "the kubelet cannot mount the model volume (its FailedMount message)"
+)
+MODEL_DOWNLOADING = _r("ModelDownloading", "Ready", PENDING, "the Hugging Face init container is downloading the model")
+MODEL_DOWNLOAD_FAILED = _r(
+    "ModelDownloadFailed", "Ready", FAILED, "the Hugging Face init container failed and is backing off: its message"
+)
+
+# ------------------------------------------------------------------------- kubelet waiting reasons (passed through)
+CONTAINER_CREATING = _r("ContainerCreating", "Ready", PENDING, "kubelet: the container is being created")
+POD_INITIALIZING = _r("PodInitializing", "Ready", PENDING, "kubelet: init containers have not finished")
+ERR_IMAGE_PULL = _r("ErrImagePull", "Ready", PENDING, "kubelet: the image pull failed (retried)")
+IMAGE_PULL_BACK_OFF = _r("ImagePullBackOff", "Ready", PENDING, "kubelet: backing off pulling the image")
+CRASH_LOOP_BACK_OFF = _r("CrashLoopBackOff", "Ready", FAILED, "kubelet: the container keeps exiting")
+CREATE_CONTAINER_CONFIG_ERROR = _r(
+    "CreateContainerConfigError", "Ready", FAILED, "kubelet: e.g. a Secret or key the pod needs does not exist"
+)
+CREATE_CONTAINER_ERROR = _r("CreateContainerError", "Ready", FAILED, "kubelet: the runtime cannot create the container")
+INVALID_IMAGE_NAME = _r("InvalidImageName", "Ready", FAILED, "kubelet: the image reference does not parse")
+ERR_IMAGE_NEVER_PULL = _r("ErrImageNeverPull", "Ready", FAILED, "kubelet: pull policy Never and no such image")
+RUN_CONTAINER_ERROR = _r("RunContainerError", "Ready", FAILED, "kubelet: the container cannot start")
+
+KUBELET_WAITING = {
+    CONTAINER_CREATING,
+    POD_INITIALIZING,
+    ERR_IMAGE_PULL,
+    IMAGE_PULL_BACK_OFF,
+    CRASH_LOOP_BACK_OFF,
+    CREATE_CONTAINER_CONFIG_ERROR,
+    CREATE_CONTAINER_ERROR,
+    INVALID_IMAGE_NAME,
+    ERR_IMAGE_NEVER_PULL,
+    RUN_CONTAINER_ERROR,
+}
+
+# ------------------------------------------------------------------------- runtime (reported by the pods)
+LOADING_REASON = _r(
+    RuntimeReason.LOADING.value, "Ready, PipelineResolved, Fallback", LOADING, "pods of the current spec are loading"
+)
+PAGED_ATTENTION_NOT_SUPPORTED = _r(
+    RuntimeReason.PAGED_ATTENTION_NOT_SUPPORTED.value,
+    "Ready, PipelineResolved, Fallback, Event",
+    FAILED,
+    "no PagedAttention in the model: AUTO fell back (Fallback=True), a pinned *_CB is refused (Ready=False)",
+)
+PIPELINE_TYPE_MISMATCH = _r(
+    RuntimeReason.PIPELINE_TYPE_MISMATCH.value,
+    "Ready, PipelineResolved",
+    FAILED,
+    "the pipelineType does not match the model directory (VLM on a text model, LM on a VLM)",
+)
+MODEL_LOAD_FAILED = _r(
+    RuntimeReason.MODEL_LOAD_FAILED.value, "Ready, PipelineResolved", FAILED, "the runtime could not load the model"
+)
+DEVICE_UNAVAILABLE = _r(
+    RuntimeReason.DEVICE_UNAVAILABLE.value, "Ready, PipelineResolved", FAILED, "OpenVINO sees no such device in the pod"
+)
+RUNTIME_FAILED = _r("RuntimeFailed", "Ready", FAILED, "the runtime reported failure without a more precise reason")
+CONTINUOUS_BATCHING = _r(
+    RuntimeReason.CONTINUOUS_BATCHING.value,
+    "PipelineResolved, Fallback, Event",
+    None,
+    "a continuous-batching pipeline (LM_CB, VLM_CB) runs",
+)
+LEGACY_REQUESTED = _r(
+    RuntimeReason.LEGACY_REQUESTED.value,
+    "PipelineResolved, Fallback",
+    None,
+    "LM / VLM pinned: the legacy pipeline runs",
+)
+
+# ------------------------------------------------------------------------- operator: pods and readback
+PODS_DISAGREE = _r(
+    "PodsDisagree",
+    "Ready, PipelineResolved, Fallback, Event",
+    LOADING,
+    "pods of the current spec resolved different pipelines",
+)
+READBACK_FAILED = _r(
+    "ReadbackFailed",
+    "Ready",
+    LOADING,
+    "a Ready pod's GET /v1/status kept failing beyond the grace period: what failed and since when",
+)
+PINNED_PIPELINE = _r(
+    "PinnedPipeline", "Fallback", None, "a pinned LM_CB / VLM_CB never falls back (Fallback stays False)"
+)
+
+# ------------------------------------------------------------------------- Events only
+PIPELINE_FALLBACK_EVENT = _r(
+    "PipelineFallback", "Event", None, "Warning: Fallback became True (AUTO runs the legacy pipeline)"
+)
+READY_EVENT = _r("Ready", "Event", None, "Normal: Ready became True")
+
+_ALL_RUNTIME = {r.value for r in RuntimeReason}
+assert _ALL_RUNTIME <= set(REGISTRY), _ALL_RUNTIME - set(REGISTRY)
+
+FAILED_REASONS = frozenset(n for n, d in REGISTRY.items() if d.phase == FAILED)
+PENDING_REASONS = frozenset(n for n, d in REGISTRY.items() if d.phase == PENDING)
+
+
+def phase_of(ready_status: str, ready_reason: str) -> Phase:
+    """status.phase from the Ready condition (display only): True -> Ready, else the reason's phase."""
+    if ready_status == "True":
+        return Phase.READY
+    doc = REGISTRY.get(ready_reason)
+    return doc.phase if doc is not None and doc.phase is not None else Phase.LOADING
+
+
+# ------------------------------------------------------------------------- docs
+
+BEGIN = "<!-- reasons:begin (generated by python -m ovserve_operator.reasons --write docs/operator.md) -->"
+END = "<!-- reasons:end -->"
+
+
+def markdown_table() -> str:
+    lines = ["| reason | where | phase (as Ready=False) | meaning |", "|---|---|---|---|"]
+    for d in REGISTRY.values():
+        lines.append(f"| `{d.name}` | {d.used_in} | {d.phase.value if d.phase else ''} | {d.doc} |")
+    return "\n".join(lines)
+
+
+def render_into(text: str) -> str:
+    """`text` with the block between BEGIN and END replaced by the generated table."""
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no {BEGIN!r} ... {END!r} block")
+    return pattern.sub(lambda _m: f"{BEGIN}\n{markdown_table()}\n{END}", text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ovserve_operator.reasons", description=__doc__.splitlines()[0])
+    p.add_argument("--write", type=Path, help="rewrite the reasons block of this markdown file")
+    args = p.parse_args(argv)
+    if args.write is None:
+        print(markdown_table())
+        return 0
+    args.write.write_text(render_into(args.write.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,436 @@
+"""The status rules: an ordered chain of small pure rules per condition (cert-manager's policy chain).
+
+`Facts` is everything observed about one LLMServing in one cycle (pods split into those of the current
+template and those of earlier specs, their runtime reports, the Deployment, a refused apply). A rule is
+a function `Facts -> (reason, message) | None`; a chain is an ordered tuple of (condition status, rule);
+the first rule that answers decides the condition. Adding a rule = one function + one line in a chain.
+
+Truth rules (../DESIGN.md "Status truth rules"): only pods of the CURRENT template speak for the spec;
+a pinned *_CB never shows a fallback; every stuck state names its cause.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Sequence
+
+from ovserve_runtime.report import CB_PIPELINES, RuntimeReport, State
+
+from . import podview
+from . import reasons as R
+from . import spec as api
+from .podview import InitPhase, InitState
+
+Finding = tuple[str, str]  # (reason, message)
+Rule = Callable[["Facts"], Finding | None]
+Chain = tuple[tuple[api.ConditionStatus, Rule], ...]
+
+TRUE, FALSE, UNKNOWN = api.ConditionStatus.TRUE, api.ConditionStatus.FALSE, api.ConditionStatus.UNKNOWN
+
+# kubelet waiting reasons that will not resolve by waiting (vs. ContainerCreating, PodInitializing, pulls)
+BROKEN_WAITING = frozenset(r for r in R.KUBELET_WAITING if R.REGISTRY[r].phase == api.Phase.FAILED)
+# runtime reasons that say nothing about a failure: a failed report with one of them is RuntimeFailed
+_NOT_A_FAILURE = {R.LOADING_REASON, R.CONTINUOUS_BATCHING, R.LEGACY_REQUESTED}
+
+
+@dataclasses.dataclass(frozen=True)
+class PodFacts:
+    """One runtime pod as the rules see it."""
+
+    name: str
+    current: bool  # of the current pod template
+    pod_ready: bool
+    container_ready: bool
+    report: RuntimeReport | None
+    readback_error: str = ""
+    failing_since: dt.datetime | None = None
+    unschedulable: str | None = None
+    waiting: tuple[str, str] | None = None  # runtime container (reason, kubelet message)
+    init: InitState = dataclasses.field(default_factory=lambda: InitState(InitPhase.NONE))
+    mount_failure: str | None = None  # kubelet FailedMount Event message
+
+    @property
+    def ready(self) -> bool:
+        return self.pod_ready and self.report is not None and self.report.state == State.READY
+
+    @property
+    def failed(self) -> bool:
+        return self.report is not None and self.report.state == State.FAILED
+
+    @property
+    def resolved_key(self) -> tuple[str | None, bool, str] | None:
+        """What this pod says about its pipeline, or None while it says nothing yet."""
+        r = self.report
+        if r is None or (r.state == State.LOADING and r.pipeline.resolved is None):
+            return None
+        p = r.pipeline
+        return (p.resolved.value if p.resolved else None, p.fallback, p.reason.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ApplyError:
+    """The apiserver refused a child (4xx) while applying `generation`."""
+
+    generation: int | None
+    code: int
+    target: str  # e.g. Deployment/name
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    name: str
+    namespace: str
+    generation: int | None
+    spec: api.LLMServingSpec | None
+    spec_error: str = ""
+    pods: tuple[PodFacts, ...] = ()
+    replica_failure: str | None = None  # the Deployment's ReplicaFailure message
+    apply_error: ApplyError | None = None
+
+    @property
+    def current(self) -> list[PodFacts]:
+        return [p for p in self.pods if p.current]
+
+    @property
+    def previous(self) -> list[PodFacts]:
+        return [p for p in self.pods if not p.current]
+
+    @property
+    def requested(self) -> api.PipelineType:
+        return self.spec.pipelineType if self.spec else api.PipelineType.AUTO
+
+    @property
+    def pinned_cb(self) -> bool:
+        return self.requested in CB_PIPELINES
+
+    @property
+    def desired(self) -> int:
+        return self.spec.replicas if self.spec else 0
+
+    @property
+    def ready_replicas(self) -> int:
+        return sum(1 for p in self.current if p.ready)
+
+    @property
+    def speaking(self) -> list[PodFacts]:
+        """Current pods that say which pipeline they run. For a pinned *_CB a legacy answer is not
+        taken as the spec's pipeline (the runtime never gives one; the status must never show one)."""
+        out = [p for p in self.current if p.resolved_key is not None]
+        if self.pinned_cb:
+            out = [p for p in out if not p.resolved_key or p.resolved_key[0] in (None, *CB_PIPELINES)]
+        return out
+
+    @property
+    def disagree(self) -> bool:
+        return len({p.resolved_key for p in self.speaking}) > 1
+
+    @property
+    def source(self) -> str:
+        """The model source as the user wrote it, for messages."""
+        m = self.spec.model if self.spec else None
+        if m is None:
+            return "the model"
+        if m.hostPath is not None:
+            return f"hostPath {m.hostPath.path}"
+        if m.pvc is not None:
+            return f"claim {m.pvc.claimName}" + (f" path {m.pvc.path}" if m.pvc.path else "")
+        if m.huggingFace is not None:
+            return f"huggingFace {m.huggingFace.repo}@{m.huggingFace.revision}"
+        return "the model"
+
+    @property
+    def why_unresolved(self) -> str:
+        """Why no current pod says its pipeline yet (reason of PipelineResolved/Fallback Unknown): the
+        Ready reason when it names a Pending or Failed cause, else Loading."""
+        _, reason, _ = evaluate(READY_CHAIN, self)
+        return reason if R.phase_of("False", reason) in (api.Phase.PENDING, api.Phase.FAILED) else R.LOADING_REASON
+
+
+def _ts(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _one(pods: Sequence[PodFacts]) -> PodFacts | None:
+    return min(pods, key=lambda p: p.name) if pods else None
+
+
+def disagreement(pods: Sequence[PodFacts]) -> str:
+    parts = []
+    for p in sorted(pods, key=lambda p: p.name):
+        if (key := p.resolved_key) is None:
+            continue
+        resolved, fallback, reason = key
+        state = p.report.state.value if p.report else "?"
+        parts.append(f"{p.name}: {resolved or '-'} ({reason}{', fallback' if fallback else ''}; {state})")
+    return "pods disagree: " + "; ".join(parts)
+
+
+# ============================================================================ Ready rules
+
+
+def spec_invalid(f: Facts) -> Finding | None:
+    return (R.INVALID_SPEC, f.spec_error or "invalid spec") if f.spec is None else None
+
+
+def apply_refused(f: Facts) -> Finding | None:
+    e = f.apply_error
+    if e is None or e.generation != f.generation:
+        return None
+    return R.APPLY_FAILED, f"the apiserver refused {e.target} (HTTP {e.code}): {e.message}"
+
+
+def scaled_to_zero(f: Facts) -> Finding | None:
+    return (R.SCALED_TO_ZERO, "spec.replicas is 0") if f.desired == 0 else None
+
+
+def runtime_failed(f: Facts) -> Finding | None:
+    failed = [p for p in f.current if p.failed]
+    if not (p := _one(failed)) or p.report is None:
+        return None
+    reason = p.report.pipeline.reason.value
+    reason = R.RUNTIME_FAILED if reason in _NOT_A_FAILURE else reason
+    msg = p.report.pipeline.message or "the runtime reported failure"
+    if f.pinned_cb and reason == R.PAGED_ATTENTION_NOT_SUPPORTED:
+        legacy = f.requested.value.removesuffix("_CB")
+        msg = (
+            f"pipelineType {f.requested.value} is pinned and the model does not support PagedAttention; it is "
+            f"not downgraded (use AUTO or {legacy} to allow the legacy pipeline): {msg}"
+        )
+    elif reason == R.MODEL_NOT_FOUND:
+        msg = f"{f.source}: {msg}"
+    return reason, f"{len(failed)} pod(s) failed: {msg}"
+
+
+def model_missing(f: Facts) -> Finding | None:
+    """A missing claim (scheduler), hostPath (kubelet mount Event) or subPath (kubelet waiting)."""
+    for p in sorted(f.current, key=lambda p: p.name):
+        if claim := podview.missing_claim(p.unschedulable):
+            return (
+                R.MODEL_NOT_FOUND,
+                f'claim "{claim}" not found in namespace {f.namespace} ({f.source}): {p.unschedulable}',
+            )
+        if p.mount_failure and "hostPath type check failed" in p.mount_failure:
+            return (
+                R.MODEL_NOT_FOUND,
+                f"{f.source} does not exist on the node (or is not a directory): {p.mount_failure}",
+            )
+        if p.waiting and p.waiting[0] in BROKEN_WAITING and "subPath" in p.waiting[1]:
+            return R.MODEL_NOT_FOUND, f"{f.source}: {p.name}: {p.waiting[1]}"
+    return None
+
+
+def volume_mount_failed(f: Facts) -> Finding | None:
+    p = _one([p for p in f.current if p.mount_failure])
+    return (R.VOLUME_MOUNT_FAILED, f"{p.name}: {p.mount_failure}") if p else None
+
+
+def download_failed(f: Facts) -> Finding | None:
+    p = _one([p for p in f.current if p.init.phase == InitPhase.FAILED])
+    if p is None:
+        return None
+    tries = f" ({p.init.restarts + 1} attempts)" if p.init.restarts else ""
+    return R.MODEL_DOWNLOAD_FAILED, f"{p.name}: {f.source}{tries}: {p.init.message}"
+
+
+def init_broken(f: Facts) -> Finding | None:
+    """An init container the kubelet cannot start (e.g. its token Secret is missing): its reason."""
+    p = _one([p for p in f.current if p.init.phase == InitPhase.WAITING and p.init.reason in BROKEN_WAITING])
+    return (p.init.reason, f"{p.name}: init container model-download: {p.init.message}") if p else None
+
+
+def container_broken(f: Facts) -> Finding | None:
+    p = _one([p for p in f.current if p.waiting and p.waiting[0] in BROKEN_WAITING])
+    if p is None or p.waiting is None:
+        return None
+    return p.waiting[0], f"{p.name}: {p.waiting[1]}".rstrip(": ")
+
+
+def all_ready(f: Facts) -> Finding | None:
+    if f.ready_replicas >= f.desired and not f.disagree:
+        return R.ALL_REPLICAS_READY, f"{f.ready_replicas}/{f.desired} replicas ready"
+    return None
+
+
+def readback_failed(f: Facts) -> Finding | None:
+    """Pods Ready by their probes whose /v1/status stayed unreadable beyond the grace."""
+    p = _one([p for p in f.current if p.container_ready and p.report is None and p.readback_error])
+    if p is None:
+        return None
+    since = _ts(p.failing_since) if p.failing_since else "?"
+    return R.READBACK_FAILED, f"{p.name} is Ready but its report cannot be read since {since}: {p.readback_error}"
+
+
+def pods_refused(f: Facts) -> Finding | None:
+    if f.current or not f.replica_failure:
+        return None
+    return R.FAILED_CREATE, f"the Deployment cannot create runtime pods: {f.replica_failure}"
+
+
+def unschedulable(f: Facts) -> Finding | None:
+    p = _one([p for p in f.current if p.unschedulable])
+    if p is None or f.ready_replicas:
+        return None
+    return R.UNSCHEDULABLE, p.unschedulable or ""
+
+
+def no_pods(f: Facts) -> Finding | None:
+    if f.current:
+        return None
+    return R.PODS_NOT_CREATED, "waiting for the Deployment to create pods of the current spec"
+
+
+def downloading(f: Facts) -> Finding | None:
+    p = _one([p for p in f.current if p.init.phase == InitPhase.RUNNING])
+    if p is None:
+        return None
+    again = f" (attempt {p.init.restarts + 1})" if p.init.restarts else ""
+    return R.MODEL_DOWNLOADING, f"{p.name}: downloading {f.source}{again}"
+
+
+def init_waiting(f: Facts) -> Finding | None:
+    p = _one([p for p in f.current if p.init.phase == InitPhase.WAITING and p.init.reason])
+    return (p.init.reason, f"{p.name}: init container model-download: {p.init.message}".rstrip(": ")) if p else None
+
+
+def container_waiting(f: Facts) -> Finding | None:
+    p = _one([p for p in f.current if p.waiting])
+    if p is None or p.waiting is None or f.ready_replicas:
+        return None
+    return p.waiting[0], f"{p.name}: {p.waiting[1]}".rstrip(": ")
+
+
+def pods_disagree(f: Facts) -> Finding | None:
+    return (R.PODS_DISAGREE, disagreement(f.speaking)) if f.disagree else None
+
+
+def loading(f: Facts) -> Finding | None:
+    msg = f"{f.ready_replicas}/{f.desired} replicas ready"
+    if stuck := [p for p in f.current if p.unschedulable]:
+        msg += f"; {len(stuck)} unschedulable: {stuck[0].unschedulable}"
+    if unread := _one([p for p in f.current if p.readback_error and p.report is None]):
+        since = f" (since {_ts(unread.failing_since)})" if unread.failing_since else ""
+        msg += f"; {unread.name}: {unread.readback_error}{since}"
+    return R.LOADING_REASON, msg
+
+
+READY_CHAIN: Chain = (
+    (FALSE, spec_invalid),
+    (FALSE, apply_refused),
+    (FALSE, scaled_to_zero),
+    (FALSE, runtime_failed),
+    (FALSE, model_missing),
+    (FALSE, volume_mount_failed),
+    (FALSE, download_failed),
+    (FALSE, init_broken),
+    (FALSE, container_broken),
+    (TRUE, all_ready),
+    (UNKNOWN, readback_failed),
+    (FALSE, pods_refused),
+    (FALSE, unschedulable),
+    (FALSE, no_pods),
+    (FALSE, downloading),
+    (FALSE, init_waiting),
+    (FALSE, container_waiting),
+    (FALSE, pods_disagree),
+    (FALSE, loading),  # always answers
+)
+
+
+# ============================================================================ PipelineResolved rules
+
+
+def spec_unknown(f: Facts) -> Finding | None:
+    return (R.INVALID_SPEC, f.spec_error or "invalid spec") if f.spec is None else None
+
+
+def pipeline_failed(f: Facts) -> Finding | None:
+    p = _one([p for p in f.speaking if p.failed])
+    if p is None or p.report is None:
+        return None
+    return p.report.pipeline.reason.value, p.report.pipeline.message
+
+
+def pipeline_resolved(f: Facts) -> Finding | None:
+    p = _one(f.speaking)
+    if p is None or p.report is None or p.report.pipeline.resolved is None:
+        return None
+    return p.report.pipeline.reason.value, p.report.pipeline.message or f"running {p.report.pipeline.resolved.value}"
+
+
+def not_resolved(f: Facts) -> Finding | None:
+    return f.why_unresolved, "no pod of the current spec has resolved its pipeline yet"
+
+
+PIPELINE_RESOLVED_CHAIN: Chain = (
+    (UNKNOWN, spec_unknown),
+    (FALSE, pods_disagree),
+    (FALSE, pipeline_failed),
+    (TRUE, pipeline_resolved),
+    (UNKNOWN, not_resolved),
+)
+
+
+# ============================================================================ Fallback rules
+
+
+def pinned_cb(f: Facts) -> Finding | None:
+    """A pinned *_CB never falls back: False whatever the pods do (running CB or refused)."""
+    if not f.pinned_cb:
+        return None
+    p = _one([p for p in f.speaking if p.report and p.report.pipeline.resolved in CB_PIPELINES])
+    if p is not None and not f.disagree:
+        return R.CONTINUOUS_BATCHING, f"running the {f.requested.value} pipeline as pinned"
+    return R.PINNED_PIPELINE, f"pipelineType {f.requested.value} is pinned: never downgraded"
+
+
+def fell_back(f: Facts) -> Finding | None:
+    fb = [p for p in f.speaking if p.resolved_key and p.resolved_key[1]]
+    if not (p := _one(fb)) or p.report is None:
+        return None
+    pl = p.report.pipeline
+    resolved = pl.resolved.value if pl.resolved else "-"
+    some = f"{len(fb)} of {len(f.speaking)} pods: " if f.disagree else ""
+    return pl.reason.value, f"{some}requested {f.requested.value}, running {resolved}: {pl.message}"
+
+
+def fallback_disagree(f: Facts) -> Finding | None:
+    return (R.PODS_DISAGREE, f"no pod fell back; {disagreement(f.speaking)}") if f.disagree else None
+
+
+def no_fallback(f: Facts) -> Finding | None:
+    p = _one(f.speaking)
+    if p is None or p.report is None or p.report.pipeline.resolved is None:
+        return None
+    return p.report.pipeline.reason.value, f"running the {p.report.pipeline.resolved.value} pipeline"
+
+
+def fallback_unknown(f: Facts) -> Finding | None:
+    return f.why_unresolved, "no pod of the current spec has resolved its pipeline yet"
+
+
+FALLBACK_CHAIN: Chain = (
+    (UNKNOWN, spec_unknown),
+    (FALSE, pinned_cb),
+    (TRUE, fell_back),
+    (FALSE, fallback_disagree),
+    (FALSE, no_fallback),
+    (UNKNOWN, fallback_unknown),
+)
+
+READY, PIPELINE_RESOLVED, FALLBACK = "Ready", "PipelineResolved", "Fallback"  # condition types
+
+CHAINS: dict[str, Chain] = {  # in this order in status.conditions
+    READY: READY_CHAIN,
+    PIPELINE_RESOLVED: PIPELINE_RESOLVED_CHAIN,
+    FALLBACK: FALLBACK_CHAIN,
+}
+
+
+def evaluate(chain: Chain, facts: Facts) -> tuple[api.ConditionStatus, str, str]:
+    """(status, reason, message) of the first rule that answers."""
+    for status, rule in chain:
+        if (found := rule(facts)) is not None:
+            return status, found[0], found[1]
+    raise AssertionError("a chain must end with a rule that always answers")

@@ -1,0 +1,201 @@
+"""The status work queue: which LLMServing to refresh when, and what is remembered between cycles.
+
+Moved out of the kopf glue so that it can be tested alone: the clock and the indexes are injected.
+
+- `WorkQueue`: dirty marks (an index event) and due times (every `interval`); forgets deleted objects.
+- `Memory`: per-object state between cycles: the last status written, when children were last applied,
+  the last refused apply, the readback grace of its pods, their mount-failure Events.
+- `needs_patch`: write when the status changed, or when `computedAt` is older than the heartbeat.
+- `StatusController`: the loop: take what is due, refresh it (bounded concurrency), sleep until the
+  next due time or a wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
+
+from . import status
+from .readback import ReadbackMemory
+from .rules import ApplyError
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, name)
+Clock = Callable[[], float]
+
+
+class WorkQueue:
+    """Dirty and due bookkeeping (no I/O). `clock` is monotonic seconds."""
+
+    def __init__(self, interval_s: float, clock: Clock = time.monotonic) -> None:
+        self.interval = interval_s
+        self.clock = clock
+        self.active: set[Key] = set()  # seen by create/update/resume (i.e. after the indexes filled)
+        self.dirty: set[Key] = set()
+        self.due: dict[Key, float] = {}
+        self.wake = asyncio.Event()
+
+    def activate(self, key: Key) -> None:
+        self.active.add(key)
+
+    def mark(self, key: Key) -> None:
+        """Refresh `key` at the next cycle (call from the event loop only)."""
+        self.dirty.add(key)
+        self.wake.set()
+
+    def take(self, present: Collection[Key]) -> tuple[list[Key], list[Key]]:
+        """(keys to refresh now, keys gone since the last call). Schedules the next due time."""
+        now = self.clock()
+        here = {k for k in self.active if k in present}
+        gone = sorted(self.active - here)
+        for k in gone:
+            self.active.discard(k)
+            self.dirty.discard(k)
+            self.due.pop(k, None)
+        todo = sorted(k for k in here if k in self.dirty or self.due.get(k, 0.0) <= now)
+        self.dirty.difference_update(todo)
+        for k in todo:
+            self.due[k] = now + self.interval
+        return todo, gone
+
+    def wait_s(self) -> float:
+        """Seconds until the next due time (at most `interval`, at least 50 ms)."""
+        now = self.clock()
+        return max(0.05, min([*(d - now for d in self.due.values()), self.interval]))
+
+
+@dataclasses.dataclass
+class Memory:
+    """What the controller remembers about one LLMServing between cycles."""
+
+    readback: ReadbackMemory
+    last_status: dict[str, Any] | None = None
+    applied_at: float | None = None  # monotonic
+    apply_error: ApplyError | None = None
+    mount_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> message
+    events_read_at: dict[str, float] = dataclasses.field(default_factory=dict)  # pod uid -> monotonic
+
+
+class Memories:
+    """Memory per key, created on first use, dropped when the object is gone."""
+
+    def __init__(self, readback_grace_s: float) -> None:
+        self.grace = readback_grace_s
+        self._by_key: dict[Key, Memory] = {}
+
+    def __getitem__(self, key: Key) -> Memory:
+        if key not in self._by_key:
+            self._by_key[key] = Memory(readback=ReadbackMemory(self.grace))
+        return self._by_key[key]
+
+    def get(self, key: Key) -> Memory | None:
+        return self._by_key.get(key)
+
+    def forget(self, key: Key) -> None:
+        self._by_key.pop(key, None)
+
+
+def reapply_due(memory: Memory, drifted: bool, now: float, after_s: float, generation: int | None = None) -> bool:
+    """Children missing or outdated: re-apply, at most every `after_s` (counted from the last apply);
+    at once when the spec changed since the apiserver refused an apply (the user fixed it, and kopf
+    may still be waiting out the refused handler's retry delay)."""
+    if memory.applied_at is None:
+        memory.applied_at = now
+    if not drifted:
+        return False
+    refused = memory.apply_error
+    return now - memory.applied_at > after_s or (refused is not None and refused.generation != generation)
+
+
+def _parse_ts(value: Any) -> dt.datetime | None:
+    try:
+        return dt.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+
+
+def needs_patch(
+    new: Mapping[str, Any], current: Mapping[str, Any], last: Mapping[str, Any] | None, heartbeat_s: float
+) -> bool:
+    """Write when `new` differs from what is stored (or from what we last wrote), or when the stored
+    computedAt is older than the heartbeat: a status whose computedAt stops moving has no operator."""
+    if not status.same(new, current) or (last is not None and not status.same(new, last)):
+        return True
+    stored, now = _parse_ts(current.get("computedAt")), _parse_ts(new.get("computedAt"))
+    return stored is None or now is None or (now - stored).total_seconds() >= heartbeat_s
+
+
+Refresh = Callable[[Key, dict[str, Any]], Awaitable[Any]]
+
+
+class StatusController:
+    """Refresh dirty LLMServings at once and every one at least every `queue.interval` seconds.
+
+    `index` maps a key to its snapshots (a kopf index, or a dict in tests); `refresh(key, snapshot)`
+    does one object's cycle; `on_gone(key)` is told about deleted objects; `on_cycle()` after each pass.
+    """
+
+    def __init__(
+        self,
+        queue: WorkQueue,
+        index: Mapping[Key, Any],
+        refresh: Refresh,
+        *,
+        on_gone: Callable[[Key], None] = lambda _k: None,
+        on_cycle: Callable[[int], None] = lambda _n: None,
+        on_error: Callable[[Key, BaseException], None] = lambda _k, _e: None,
+        concurrency: int = 16,
+        coalesce_s: float = 0.2,
+    ) -> None:
+        self.queue, self.index, self.refresh = queue, index, refresh
+        self.on_gone, self.on_cycle, self.on_error = on_gone, on_cycle, on_error
+        self.sem = asyncio.Semaphore(concurrency)
+        self.coalesce_s = coalesce_s
+
+    async def _one(self, key: Key) -> None:
+        async with self.sem:
+            snaps = list(self.index.get(key, []))
+            if not snaps:
+                return
+            try:
+                await self.refresh(key, snaps[0])
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.on_error(key, e)
+
+    async def cycle(self) -> list[Key]:
+        """One pass: refresh what is dirty or due. Returns the keys refreshed."""
+        self.queue.wake.clear()
+        present = {k for k in self.queue.active if k in self.index}
+        todo, gone = self.queue.take(present)
+        for k in gone:
+            self.on_gone(k)
+        if todo:
+            await asyncio.gather(*(self._one(k) for k in todo))
+        self.on_cycle(len(present))
+        return todo
+
+    async def sleep(self) -> None:
+        """Until the next due time, or a wake-up (then a short pause that coalesces a burst)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.queue.wake.wait(), self.queue.wait_s())
+            await asyncio.sleep(self.coalesce_s)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.cycle()
+                await self.sleep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let one bad cycle stop the controller
+                log.exception("status controller cycle failed")
+                await asyncio.sleep(1)

@@ -1,0 +1,332 @@
+"""End-to-end: the status tells the truth through transitions (issue 13), on the real cluster.
+
+One namespace and one operator (local process) are shared by the whole module: the checks use
+distinct LLMServings and do not interfere. The namespace admits pod-level hostPath volumes (Pod
+Security `privileged`, warning at `restricted`) so that a missing hostPath reaches the kubelet.
+Everything is asserted through what a user reads: `kubectl get llmserving` columns, conditions, Events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from tests.chart.helpers import make_namespace
+from tests.fakehub import fake_hub
+
+from .conftest import OperatorProcess
+from .test_operator_e2e import NOWHERE, UNSTARTED, condition, events, llms, models_claim, pvc_model, row, status
+
+pytestmark = [pytest.mark.cluster]
+
+HF_REPO = "ovserve-test/tiny-llm"
+
+
+def wide(cluster, namespace: str, name: str) -> dict[str, str]:
+    return {r["NAME"]: r for r in cluster.table("llmservings", "-n", namespace, "-o", "wide")}.get(name, {})
+
+
+def reasons(cluster, namespace: str, name: str, type_: str | None = None) -> list[str]:
+    return [e["reason"] for e in events(cluster, namespace, name) if type_ is None or e["type"] == type_]
+
+
+def ready_reason(cluster, namespace: str, name: str) -> str:
+    return condition(status(cluster, namespace, name), "Ready").get("reason", "")
+
+
+def generation(cluster, namespace: str, name: str) -> int:
+    return cluster.get("llmserving", name, namespace)["metadata"]["generation"]
+
+
+def wait_reason(cluster, namespace, name, reason, timeout=60, gen=None):
+    """Until the Ready reason is `reason` (at generation `gen`, if given); returns the status."""
+
+    def check():
+        st = status(cluster, namespace, name)
+        ok = condition(st, "Ready").get("reason") == reason
+        if gen is not None:
+            ok = ok and st.get("observedGeneration") == gen
+        return ok and st
+
+    return cluster.wait_for(check, timeout, f"{name}: Ready reason {reason} (generation {gen})")
+
+
+def first_pod(cluster, namespace: str, name: str) -> dict:
+    def pods():
+        items = cluster.get("pods", namespace=namespace)["items"]
+        return [p for p in items if p["metadata"]["labels"].get("ovserve.dev/llmserving") == name]
+
+    return cluster.wait_for(pods, 60, f"a runtime pod of {name}")[0]
+
+
+# ------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def truth_ns(cluster, crd, request):
+    ns = make_namespace(cluster, "t-truth", psa="privileged")
+    yield ns
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def hub(tiny_models):
+    """The fake Hub (reachable from pods via the node IP), answering 503 to its very first request."""
+    root = tiny_models / "tiny-llm"
+    files = {str(p.relative_to(root)): p.read_bytes for p in sorted(root.rglob("*")) if p.is_file()}
+    token = "hf_e2e_" + os.urandom(8).hex()
+    with fake_hub(HF_REPO, files, token, host="0.0.0.0", fail_first=1) as (port, seen):
+        yield {"endpoint": f"http://10.245.0.1:{port}", "token": token, "seen": seen}
+
+
+@pytest.fixture(scope="module")
+def truth_operator(cluster, truth_ns, hub, tmp_path_factory):
+    op = OperatorProcess(
+        truth_ns,
+        "op-truth",
+        f"ovserve-operator-{uuid.uuid4().hex[:6]}",
+        tmp_path_factory.mktemp("operator"),
+        {"OVSERVE_HF_ENDPOINT": hub["endpoint"], "OVSERVE_STATUS_HEARTBEAT_SECONDS": "4"},
+    )
+    cluster.wait_for(lambda: (op.health() or {}).get("kopf") or not op.alive(), 60, "operator leader")
+    assert op.alive(), op.logs()
+    yield op
+    op.stop()
+
+
+@pytest.fixture(scope="module")
+def truth_models(cluster, truth_ns, project_image, tiny_models):
+    yield from models_claim(cluster, truth_ns, tiny_models)
+
+
+@pytest.fixture(autouse=True)
+def _diagnostics(request, cluster):
+    yield
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed and "truth_ns" in request.fixturenames:
+        ns = request.getfixturevalue("truth_ns")
+        request.node.add_report_section("teardown", "cluster diagnostics", cluster.diagnostics(ns))
+        op = request.getfixturevalue("truth_operator")
+        request.node.add_report_section("teardown", "operator log", op.logs()[-15000:])
+
+
+# ------------------------------------------------------------------------------------------- refusals
+
+
+def test_invalid_quantity_is_refused_by_the_crd(cluster, truth_ns):
+    bad = llms("two-cpus", {"model": UNSTARTED, "resources": {"limits": {"cpu": "two"}}})
+    proc = cluster.create(bad, truth_ns, check=False)
+    assert proc.returncode != 0
+    assert "spec.resources.limits.cpu" in proc.stderr and '"two"' in proc.stderr, proc.stderr
+    assert cluster.get("llmserving", "two-cpus", truth_ns) is None
+
+
+def test_refused_apply_shows_the_apiservers_message_at_its_generation(cluster, truth_ns, truth_operator):
+    name = "refused"
+    cluster.apply(llms(name, {"model": UNSTARTED, "nodeSelector": NOWHERE}), truth_ns)
+    st = wait_reason(cluster, truth_ns, name, "Unschedulable", 90, gen=1)
+    w = wide(cluster, truth_ns, name)
+    assert w["COMPUTED"] and w["COMPUTED"] != "<none>", w  # the status says when it was computed
+    # nothing changes, yet computedAt moves with the heartbeat (4 s here): a live operator is visible
+    cluster.wait_for(lambda: status(cluster, truth_ns, name)["computedAt"] > st["computedAt"], 20, "computedAt to move")
+
+    # requests above limits: valid quantities, so the CRD admits it, but the Deployment is refused (422)
+    patch = {"spec": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}}
+    cluster.kubectl("patch", "llmserving", name, "-n", truth_ns, "--type=merge", "-p", json.dumps(patch))
+    st = wait_reason(cluster, truth_ns, name, "ApplyFailed", 60, gen=2)
+    ready = condition(st, "Ready")
+    assert ready["status"] == "False" and ready["observedGeneration"] == 2
+    assert "Deployment/refused (HTTP 422)" in ready["message"], ready
+    assert "must be less than or equal to cpu limit" in ready["message"], ready
+    r = row(cluster, truth_ns, name)
+    assert (r["PHASE"], r["READY"]) == ("Failed", "0/1"), r
+    assert wide(cluster, truth_ns, name)["REASON"] == "ApplyFailed"
+    cluster.wait_for(lambda: "ApplyFailed" in reasons(cluster, truth_ns, name, "Warning"), 30, "Warning ApplyFailed")
+
+    # fixed: applied at once (not after the refused handler's retry delay), the refusal is gone
+    patch = {"spec": {"resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}}}}
+    cluster.kubectl("patch", "llmserving", name, "-n", truth_ns, "--type=merge", "-p", json.dumps(patch))
+    wait_reason(cluster, truth_ns, name, "Unschedulable", 20, gen=3)
+    cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false")
+
+
+# ------------------------------------------------------------------------------------------- missing models
+
+
+def test_missing_hostpath_is_model_not_found_within_30s(cluster, truth_ns, truth_operator, project_image):
+    name = "no-dir"
+    cluster.apply(llms(name, {"model": {"hostPath": {"path": "/no/such/dir"}}}), truth_ns)
+    first_pod(cluster, truth_ns, name)
+    st = wait_reason(cluster, truth_ns, name, "ModelNotFound", 30)
+    msg = condition(st, "Ready")["message"]
+    assert "hostPath /no/such/dir" in msg and "is not a directory" in msg, msg
+    r = row(cluster, truth_ns, name)
+    assert (r["PHASE"], r["RESOLVED"], r["FALLBACK"]) == ("Failed", "", ""), r
+    cluster.wait_for(lambda: "ModelNotFound" in reasons(cluster, truth_ns, name, "Warning"), 30, "Warning event")
+    cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false")
+
+
+def test_missing_claim_is_model_not_found_within_30s(cluster, truth_ns, truth_operator):
+    name = "no-claim"
+    cluster.apply(llms(name, {"model": {"pvc": {"claimName": "nope", "path": "tiny-llm"}}}), truth_ns)
+    first_pod(cluster, truth_ns, name)
+    st = wait_reason(cluster, truth_ns, name, "ModelNotFound", 30)
+    msg = condition(st, "Ready")["message"]
+    assert 'claim "nope" not found' in msg, msg
+    assert row(cluster, truth_ns, name)["PHASE"] == "Failed"
+    cluster.wait_for(lambda: "ModelNotFound" in reasons(cluster, truth_ns, name, "Warning"), 30, "Warning event")
+    cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false")
+
+
+def test_missing_path_in_the_claim_is_model_not_found(cluster, truth_ns, truth_operator, project_image, tmp_path):
+    """A claim whose subPath does not exist: the kubelet creates it empty, the runtime finds no IR; the
+    status names the claim and the path (an empty volume of our own: never the shared models directory)."""
+    name, root = "no-path", tmp_path / "empty-models"
+    root.mkdir()
+    root.chmod(0o755)
+    pv = f"empty-{truth_ns}"[:63]
+    cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": pv, "labels": {"ovserve.dev/test": "true"}},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadOnlyMany"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": "ovserve-test-empty",
+                    "hostPath": {"path": str(root), "type": "Directory"},
+                    "claimRef": {"namespace": truth_ns, "name": "empty"},
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "empty", "namespace": truth_ns},
+                "spec": {
+                    "accessModes": ["ReadOnlyMany"],
+                    "storageClassName": "ovserve-test-empty",
+                    "volumeName": pv,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        ]
+    )
+    try:
+        cluster.apply(llms(name, {"model": {"pvc": {"claimName": "empty", "path": "absent"}}}), truth_ns)
+        first_pod(cluster, truth_ns, name)
+        st = wait_reason(cluster, truth_ns, name, "ModelNotFound", 60)
+        msg = condition(st, "Ready")["message"]
+        assert "claim empty path absent" in msg and "no OpenVINO model" in msg, msg
+        r = row(cluster, truth_ns, name)
+        assert (r["PHASE"], r["RESOLVED"]) == ("Failed", ""), r
+    finally:
+        cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false", check=False)
+        cluster.kubectl("delete", "pvc", "empty", "-n", truth_ns, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+
+
+def test_missing_token_secret_shows_the_kubelets_message(cluster, truth_ns, truth_operator, project_image):
+    name = "no-secret"
+    spec = {"model": {"huggingFace": {"repo": HF_REPO, "tokenSecretRef": {"name": "absent"}}}}
+    cluster.apply(llms(name, spec), truth_ns)
+    st = wait_reason(cluster, truth_ns, name, "CreateContainerConfigError", 60)
+    msg = condition(st, "Ready")["message"]
+    assert 'secret "absent" not found' in msg and "model-download" in msg, msg
+    assert row(cluster, truth_ns, name)["PHASE"] == "Failed"
+    cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false")
+
+
+# ------------------------------------------------------------------------------------------- the runtime
+
+
+def test_init_container_failing_once_then_succeeding_ends_ready(cluster, truth_ns, truth_operator, hub, project_image):
+    name = "hf-once"
+    cluster.kubectl("create", "secret", "generic", "hf", "-n", truth_ns, f"--from-literal=token={hub['token']}")
+    spec = {"model": {"huggingFace": {"repo": HF_REPO, "tokenSecretRef": {"name": "hf"}}}}
+    cluster.apply(llms(name, spec), truth_ns)
+    # the Hub's 503 makes the first download fail: said so while it is true...
+    cluster.wait_for(
+        lambda: "ModelDownloadFailed" in reasons(cluster, truth_ns, name, "Warning"), 120, "ModelDownloadFailed"
+    )
+    # ...and no longer once the retry succeeded and the model serves
+    st = cluster.wait_for(
+        lambda: (s := status(cluster, truth_ns, name)).get("phase") == "Ready" and s, 300, f"{name} Ready"
+    )
+    assert condition(st, "Ready")["reason"] == "AllReplicasReady"
+    r = row(cluster, truth_ns, name)
+    assert (r["RESOLVED"], r["READY"], r["PHASE"]) == ("LM_CB", "1/1", "Ready"), r
+    pod = first_pod(cluster, truth_ns, name)
+    init = pod["status"]["initContainerStatuses"][0]
+    assert init["restartCount"] >= 1, init  # it really failed once
+    assert any(path.endswith("/revision/main") for path, _ in hub["seen"][:1])
+    for _ in range(3):  # stays Ready: the old failure in lastState is history
+        time.sleep(2)
+        assert status(cluster, truth_ns, name)["phase"] == "Ready"
+    cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false")
+
+
+def service_models(cluster, namespace: str, name: str) -> list[str]:
+    """GET /v3/models through the Service (ClusterIP): what the traffic reaches."""
+    ip = cluster.get("service", name, namespace)["spec"]["clusterIP"]
+    with urllib.request.urlopen(f"http://{ip}:8000/v3/models", timeout=10) as r:
+        return [m["id"] for m in json.loads(r.read())["data"]]
+
+
+def test_repin_auto_to_lm_cb_and_back(cluster, truth_ns, truth_operator, truth_models):
+    name = "repin"
+    cluster.apply(llms(name, {"model": pvc_model("tiny-llm-nosdpa")}), truth_ns)
+    cluster.wait_for(lambda: status(cluster, truth_ns, name).get("phase") == "Ready", 240, "AUTO Ready")
+    r = row(cluster, truth_ns, name)
+    assert (r["REQUESTED"], r["RESOLVED"], r["FALLBACK"]) == ("AUTO", "LM", "PagedAttentionNotSupported"), r
+    cluster.wait_for(lambda: "PipelineFallback" in reasons(cluster, truth_ns, name), 30, "PipelineFallback event")
+
+    # re-pin: the new pod is refused; the old pod keeps serving LM and is reported apart
+    cluster.kubectl(
+        "patch", "llmserving", name, "-n", truth_ns, "--type=merge", "-p", '{"spec":{"pipelineType":"LM_CB"}}'
+    )
+    st = wait_reason(cluster, truth_ns, name, "PagedAttentionNotSupported", 240, gen=2)
+    for _ in range(5):
+        st = status(cluster, truth_ns, name)
+        w = wide(cluster, truth_ns, name)
+        assert (w["REQUESTED"], w["RESOLVED"], w["FALLBACK"], w["READY"], w["PHASE"]) == (
+            "LM_CB",
+            "",
+            "",
+            "0/1",
+            "Failed",
+        ), w
+        assert w["PREVIOUS"] == "1/1 serving LM (fallback PagedAttentionNotSupported)", w
+        fb = condition(st, "Fallback")
+        assert (fb["status"], fb["reason"], fb["observedGeneration"]) == ("False", "PinnedPipeline", 2), fb
+        assert st["pipeline"]["fallback"] is False and st["pipeline"].get("reason") != "PodsDisagree", st
+        ready = condition(st, "Ready")
+        assert "not downgraded" in ready["message"] and "earlier spec still serve" in ready["message"], ready
+        assert st["previous"] == {**st["previous"], "replicas": 1, "readyReplicas": 1, "resolved": "LM"}
+        # the traffic truth: the Service still reaches the old LM pod
+        assert service_models(cluster, truth_ns, name) == [name]
+        time.sleep(2)
+    assert reasons(cluster, truth_ns, name).count("PipelineFallback") == 1  # none for the pinned generation
+    assert "PagedAttentionNotSupported" in reasons(cluster, truth_ns, name, "Warning")
+
+    # back to AUTO: the old template is current again, nothing is reported apart
+    cluster.kubectl(
+        "patch", "llmserving", name, "-n", truth_ns, "--type=merge", "-p", '{"spec":{"pipelineType":"AUTO"}}'
+    )
+    st = wait_reason(cluster, truth_ns, name, "AllReplicasReady", 120, gen=3)
+    w = cluster.wait_for(lambda: (x := wide(cluster, truth_ns, name)) and not x["PREVIOUS"] and x, 90, "no PREVIOUS")
+    assert (w["REQUESTED"], w["RESOLVED"], w["FALLBACK"], w["READY"], w["PHASE"]) == (
+        "AUTO",
+        "LM",
+        "PagedAttentionNotSupported",
+        "1/1",
+        "Ready",
+    ), w
+    assert condition(status(cluster, truth_ns, name), "Fallback")["status"] == "True"
+    cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false")

@@ -1,0 +1,85 @@
+"""Pod inspection (podview): init container states, creating pods, missing claims, mount Events."""
+
+from __future__ import annotations
+
+import pytest
+from ovserve_operator import podview
+from ovserve_operator.podview import InitPhase
+
+from .podfixtures import creating, pod
+
+FAILED_RUN = {"terminated": {"exitCode": 1, "reason": "Error", "message": "model download failed: HTTP 503\n"}}
+
+
+@pytest.mark.parametrize(
+    "init,phase,reason,message",
+    [
+        ({"state": {"running": {}}}, InitPhase.RUNNING, "", ""),
+        ({"state": {"terminated": {"exitCode": 0}}}, InitPhase.COMPLETED, "", ""),
+        # failed once, then succeeded: done, whatever lastState says
+        ({"state": {"terminated": {"exitCode": 0}}, "lastState": FAILED_RUN}, InitPhase.COMPLETED, "", ""),
+        ({"state": FAILED_RUN}, InitPhase.FAILED, "Error", "model download failed: HTTP 503"),
+        (
+            {"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": FAILED_RUN},
+            InitPhase.FAILED,
+            "CrashLoopBackOff",
+            "model download failed: HTTP 503",
+        ),
+        # retrying after a failure: running again, not failed
+        ({"state": {"running": {}}, "lastState": FAILED_RUN}, InitPhase.RUNNING, "", ""),
+        (
+            {"state": {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "hf" not found'}}},
+            InitPhase.WAITING,
+            "CreateContainerConfigError",
+            'secret "hf" not found',
+        ),
+        ({"state": {"waiting": {"reason": "PodInitializing"}}}, InitPhase.WAITING, "PodInitializing", ""),
+    ],
+)
+def test_init_state(init, phase, reason, message):
+    got = podview.init_state(pod("a", init=init))
+    assert (got.phase, got.reason, got.message) == (phase, reason, message)
+
+
+def test_init_state_without_status():
+    p = pod("a")
+    assert podview.init_state(p).phase == InitPhase.NONE
+    p["spec"] = {"initContainers": [{"name": "model-download"}]}
+    assert podview.init_state(p).phase == InitPhase.WAITING
+
+
+@pytest.mark.parametrize(
+    "p,want",
+    [
+        (creating("a"), True),
+        (pod("a"), False),
+        (pod("a", unschedulable="no"), False),
+        (creating("a", init={"state": {"running": {}}}), False),
+        (creating("a", init={"state": {"waiting": {"reason": "PodInitializing"}}}), True),
+    ],
+)
+def test_is_creating(p, want):
+    assert podview.is_creating(p) is want
+
+
+@pytest.mark.parametrize(
+    "message,claim",
+    [
+        ('0/1 nodes are available: persistentvolumeclaim "models-x" not found. preemption: ...', "models-x"),
+        ("0/1 nodes are available: 1 Insufficient gpu.intel.com/i915.", None),
+        (None, None),
+    ],
+)
+def test_missing_claim(message, claim):
+    assert podview.missing_claim(message) == claim
+
+
+def test_mount_failure_takes_the_newest_warning():
+    events = [
+        {"type": "Normal", "reason": "Scheduled", "message": "ok", "lastTimestamp": "2026-12-03T07:00:00Z"},
+        {"type": "Warning", "reason": "FailedMount", "message": "old", "lastTimestamp": "2026-12-03T07:00:01Z"},
+        {"type": "Warning", "reason": "FailedMount", "message": "new", "lastTimestamp": "2026-12-03T07:00:09Z"},
+        {"type": "Warning", "reason": "BackOff", "message": "x", "lastTimestamp": "2026-12-03T07:00:10Z"},
+    ]
+    assert podview.mount_failure(events) == "new"
+    assert podview.mount_failure(events[:1]) is None

@@ -1,0 +1,145 @@
+"""The status work queue and controller loop with an injected clock and plain dicts as indexes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from ovserve_operator import statusqueue as sq
+from ovserve_operator.rules import ApplyError
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+A, B = ("ns", "a"), ("ns", "b")
+
+
+def test_dirty_due_and_gone():
+    clock = FakeClock()
+    q = sq.WorkQueue(5.0, clock)
+    q.activate(A)
+    q.activate(B)
+    # first pass: both are due (never refreshed)
+    assert q.take({A, B}) == ([A, B], [])
+    assert q.take({A, B}) == ([], [])
+    clock.t += 2.0
+    q.mark(A)
+    assert q.wake.is_set()
+    assert q.take({A, B}) == ([A], [])
+    clock.t += 3.0
+    assert q.take({A, B}) == ([B], [])  # A was refreshed later, B is due
+    assert q.wait_s() == pytest.approx(2.0)
+    # B deleted: forgotten, reported once
+    assert q.take({A}) == ([], [B])
+    assert B not in q.active and B not in q.due
+    assert q.take({A}) == ([], [])
+
+
+def test_not_activated_is_never_refreshed():
+    q = sq.WorkQueue(5.0, FakeClock())
+    q.mark(A)  # index event before create/resume ran: wait for the handler
+    assert q.take({A}) == ([], [])
+
+
+def test_wait_is_bounded():
+    clock = FakeClock()
+    q = sq.WorkQueue(5.0, clock)
+    assert q.wait_s() == 5.0
+    q.activate(A)
+    q.take({A})
+    clock.t += 10
+    assert q.wait_s() == 0.05
+
+
+@pytest.mark.parametrize(
+    "applied_at,drifted,now,want",
+    [
+        (None, True, 100.0, False),  # first look: start counting
+        (60.0, True, 100.0, True),
+        (80.0, True, 100.0, False),
+        (10.0, False, 100.0, False),
+    ],
+)
+def test_reapply_due(applied_at, drifted, now, want):
+    m = sq.Memory(readback=None)  # type: ignore[arg-type]
+    m.applied_at = applied_at
+    assert sq.reapply_due(m, drifted, now, 30.0) is want
+
+
+def test_reapply_at_once_when_the_refused_spec_was_changed():
+    m = sq.Memory(readback=None)  # type: ignore[arg-type]
+    m.applied_at = 95.0
+    m.apply_error = ApplyError(2, 422, "Deployment/x", "invalid")
+    assert sq.reapply_due(m, True, 100.0, 30.0, generation=2) is False  # same refused spec: wait
+    assert sq.reapply_due(m, True, 100.0, 30.0, generation=3) is True  # fixed by the user: now
+
+
+BASE = {"phase": "Ready", "computedAt": "2026-12-03T07:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    "new,current,last,want",
+    [
+        ({**BASE, "computedAt": "2026-12-03T07:00:30Z"}, BASE, None, False),  # same, heartbeat not due
+        ({**BASE, "computedAt": "2026-12-03T07:01:00Z"}, BASE, None, True),  # heartbeat due
+        ({**BASE, "phase": "Failed"}, BASE, None, True),  # changed
+        ({**BASE, "computedAt": "2026-12-03T07:00:05Z"}, {"phase": "Ready"}, None, True),  # never stamped
+        ({**BASE, "computedAt": "2026-12-03T07:00:05Z"}, BASE, {"phase": "Loading"}, True),  # our write was lost
+    ],
+)
+def test_needs_patch(new, current, last, want):
+    assert sq.needs_patch(new, current, last, heartbeat_s=60) is want
+
+
+def test_memories_created_and_forgotten():
+    ms = sq.Memories(30.0)
+    ms[A].last_status = {"phase": "Ready"}
+    assert ms.get(A).last_status == {"phase": "Ready"}
+    ms.forget(A)
+    assert ms.get(A) is None and ms[A].last_status is None
+
+
+def test_controller_cycle_refreshes_due_and_survives_errors():
+    async def scenario():
+        clock = FakeClock()
+        q = sq.WorkQueue(5.0, clock)
+        index = {A: [{"n": "a"}], B: [{"n": "b"}]}
+        seen: list[tuple] = []
+        errors: list = []
+        gone: list = []
+        counts: list[int] = []
+
+        async def refresh(key, snap):
+            seen.append((key, snap["n"]))
+            if key == B:
+                raise RuntimeError("boom")
+
+        c = sq.StatusController(
+            q,
+            index,
+            refresh,
+            on_gone=gone.append,
+            on_cycle=counts.append,
+            on_error=lambda k, e: errors.append((k, str(e))),
+            coalesce_s=0,
+        )
+        q.activate(A)
+        q.activate(B)
+        assert await c.cycle() == [A, B]
+        assert seen == [(A, "a"), (B, "b")] and errors == [(B, "boom")] and counts == [2]
+        # nothing due: nothing refreshed; a mark wakes the sleeper at once
+        assert await c.cycle() == []
+        q.mark(A)
+        await asyncio.wait_for(c.sleep(), 1.0)
+        assert await c.cycle() == [A]
+        del index[B]
+        await c.cycle()
+        assert gone == [B]
+
+    asyncio.run(scenario())
