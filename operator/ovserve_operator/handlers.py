@@ -25,7 +25,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from . import readback, render, status
+from . import autoscaling_io, readback, render, status
 from . import spec as api
 from .health import HealthState
 from .kube import Kube, error_text
@@ -179,6 +179,7 @@ def _apply_children(name: str, namespace: str, uid: str, spec: api.LLMServingSpe
     for obj in render.render(name, namespace, uid, spec, CTX.settings):
         kube.apply(obj)
         applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
+    autoscaling_io.sync(kube, name, namespace, uid, spec, CTX.settings.prometheus_url)  # autoscaling hook
     CTX.applied_at[(namespace, name)] = time.monotonic()
     return applied
 
@@ -280,6 +281,17 @@ async def refresh(
             now=now,
             deployment=deployed[0] if deployed else None,
         )
+        # autoscaling hook: status.autoscaling and the Autoscaling condition from KEDA's ScaledObject and HPA
+        try:
+            scaling = await asyncio.to_thread(
+                autoscaling_io.read_state, _kube(), name, namespace, uid, typed, CTX.settings.prometheus_url
+            )
+        except Exception as e:
+            logger.warning("%s/%s: reading the autoscaler failed: %s", namespace, name, error_text(e))
+            scaling = None
+        autoscaling_io.apply_to_status(
+            result.status, scaling, previous=previous, generation=generation, now=now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
         # Children drifted (deleted or edited by hand) or missing: re-apply, at most every 30 s.
         since = time.monotonic() - CTX.applied_at.setdefault(key, time.monotonic())
         if (not deployed or deployed[0]["hash"] != desired_hash) and since > REAPPLY_AFTER_S:
@@ -351,6 +363,7 @@ async def _cycle(llms_index: Any, due: dict[Key, float], interval: float, one: A
         CTX.active.discard(gone)
         for cache in (CTX.last_status, CTX.applied_at, due):
             cache.pop(gone, None)
+        autoscaling_io.forget(*gone)
     todo = [k for k in present if k in CTX.dirty or due.get(k, 0.0) <= now]
     CTX.dirty.difference_update(todo)
     for k in todo:

@@ -71,6 +71,41 @@ class Kube:
         )
         return out.to_dict()
 
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.dyn.get(
+                self.resource(api_version, kind), name=name, namespace=namespace, _request_timeout=_TIMEOUT
+            ).to_dict()
+        except self.errors.NotFoundError:
+            return None
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete; with `uid`, only that very object (a precondition: never a namesake made meanwhile)."""
+        body = {"preconditions": {"uid": uid}} if uid else None
+        try:
+            self.dyn.delete(
+                self.resource(api_version, kind), name=name, namespace=namespace, body=body, _request_timeout=_TIMEOUT
+            )
+        except self.errors.NotFoundError:
+            pass
+
+    def served(self, group_version: str, plural: str) -> bool:
+        """Whether the apiserver serves `plural` in `group_version` now (an uncached discovery call)."""
+        try:
+            doc = self.api_client.call_api(
+                f"/apis/{group_version}",
+                "GET",
+                auth_settings=["BearerToken"],
+                response_type="object",
+                _return_http_data_only=True,
+                _request_timeout=5,
+            )
+        except Exception as e:  # 404: the group is not installed; 503: its API server is down
+            if getattr(e, "status", None) in (404, 503):
+                return False
+            raise
+        return any(r.get("name") == plural for r in (doc or {}).get("resources") or [])
+
     # -------------------------------------------------------------------------------- status
     def patch_status(self, namespace: str, name: str, status_patch: dict[str, Any]) -> None:
         res = self.resource(api.API_VERSION, api.KIND).subresources["status"]

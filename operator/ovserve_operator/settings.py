@@ -73,6 +73,8 @@ class Settings:
     status_interval_s: float = 5.0
     status_http_timeout_s: float = 2.0
     log_level: str = "INFO"
+    # Where KEDA's Prometheus trigger queries the runtime metrics (spec.autoscaling); kube-prometheus-stack's default.
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
 
     @property
     def clusterwide(self) -> bool:
@@ -131,6 +133,10 @@ class Settings:
             kw["health_port"] = port
         if v := get("OVSERVE_STATUS_INTERVAL_SECONDS"):
             kw["status_interval_s"] = _float("OVSERVE_STATUS_INTERVAL_SECONDS", v)
+        if v := get("OVSERVE_PROMETHEUS_URL"):
+            if not v.startswith(("http://", "https://")):
+                raise ValueError(f"OVSERVE_PROMETHEUS_URL: expected an http(s) URL, got {v!r}")
+            kw["prometheus_url"] = v.rstrip("/")
         if v := get("OVSERVE_LOG_LEVEL"):
             kw["log_level"] = v.upper()
         settings = cls(**kw)
