@@ -320,10 +320,15 @@ kind: Service
 metadata: {name: keda-metrics-apiserver, namespace: keda}
 spec: {ports: [{name: https, port: 443, targetPort: $KEDA_API_PORT}]}
 ---
-apiVersion: v1
-kind: Endpoints
-metadata: {name: keda-metrics-apiserver, namespace: keda}
-subsets: [{addresses: [{ip: "$IP"}], ports: [{name: https, port: $KEDA_API_PORT}]}]
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: keda-metrics-apiserver-node
+  namespace: keda
+  labels: {kubernetes.io/service-name: keda-metrics-apiserver, endpointslice.kubernetes.io/managed-by: ovserve-hack}
+addressType: IPv4
+ports: [{name: https, port: $KEDA_API_PORT, protocol: TCP}]
+endpoints: [{addresses: ["$IP"], conditions: {ready: true}}]
 ---
 apiVersion: apiregistration.k8s.io/v1
 kind: APIService
@@ -349,7 +354,7 @@ autoscaling() {
       # trap: KEDA's CRDs are large: client-side apply would overflow the last-applied annotation
       $IN $KC apply --server-side --force-conflicts -f "$KEDA_BIN_DIR/crds" -f "$KEDA_BIN_DIR/rbac" \
         -f "$here/autoscaling/rbac.yaml" >/dev/null
-      apiservice_manifest | $IN $KC apply --server-side --force-conflicts -f - >/dev/null 2>&1
+      apiservice_manifest | $IN $KC apply --server-side --force-conflicts -f - >/dev/null
       $IN $KC wait --for condition=Established crd/scaledobjects.keda.sh --timeout=60s >/dev/null
       write_prometheus_config
       mkdir -p "$ST/prometheus"
