@@ -23,6 +23,7 @@ from .kube import Kube, error_text
 log = logging.getLogger(__name__)
 
 SERVED_TTL_S = 15.0
+NOT_OURS = "NameConflict"
 
 
 class _Cache:
@@ -57,18 +58,21 @@ def sync(kube: Kube, name: str, namespace: str, uid: str, spec: api.LLMServingSp
     if not keda_served(kube):
         return
     desired = autoscaling.render_scaled_object(name, namespace, uid, spec, prometheus_url)
+    so_name = autoscaling.scaled_object_name(name)
     try:
+        existing = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
+        if existing is not None and not _ours(existing, uid):
+            if desired is None:
+                return
+            # someone else's ScaledObject of that name: never taken over (status says so)
+            with _CACHE.lock:
+                _CACHE.apply_errors[key] = f"{NOT_OURS}: ScaledObject {so_name} is not owned by this LLMServing"
+            return
         if desired is None:
-            so_name = autoscaling.scaled_object_name(name)
-            existing = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
-            if existing is not None and _ours(existing, uid):
+            if existing is not None:
                 # The HPA goes with it (KEDA owns it); spec.replicas keeps its last autoscaled value.
                 kube.delete(
-                    autoscaling.API_VERSION,
-                    autoscaling.KIND,
-                    namespace,
-                    existing["metadata"]["name"],
-                    uid=existing["metadata"].get("uid"),
+                    autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name, uid=existing["metadata"].get("uid")
                 )
         else:
             kube.apply(desired)
@@ -98,7 +102,7 @@ def read_state(
         elif not _ours(so, uid):
             with _CACHE.lock:
                 _CACHE.apply_errors[(namespace, name)] = (
-                    f"ScaledObject {so_name} exists and is not owned by this LLMServing: not taken over"
+                    f"{NOT_OURS}: ScaledObject {so_name} is not owned by this LLMServing"
                 )
             so = None
         else:

@@ -232,3 +232,35 @@ def test_removing_autoscaling_deletes_the_scaled_object(cluster, operator, names
         30,
         "status.autoscaling and the Autoscaling condition gone",
     )
+
+
+def test_someone_elses_scaled_object_is_never_taken_over(cluster, operator, namespace):
+    foreign = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "taken", "labels": {"team": "other"}},
+        "spec": {
+            "scaleTargetRef": {"name": "someone-elses-deployment"},
+            "minReplicaCount": 1,
+            "maxReplicaCount": 5,
+            "triggers": [{"type": "cpu", "metricType": "Utilization", "metadata": {"value": "50"}}],
+        },
+    }
+    cluster.apply(foreign, namespace)
+    spec = {
+        "model": {"huggingFace": {"repo": "ovserve-test/never-downloaded"}},
+        "autoscaling": {"maxReplicas": 2, "target": 1},
+    }
+    cluster.apply(llms("taken", spec), namespace)
+    st = cluster.wait_for(
+        lambda: (
+            (s := status(cluster, namespace, "taken")).get("autoscaling", {}).get("reason") == "ScaledObjectRefused"
+            and s
+        ),
+        60,
+        "reason ScaledObjectRefused",
+    )
+    assert "NameConflict" in st["autoscaling"]["message"]
+    assert condition(st, "Autoscaling")["status"] == "False"
+    so = cluster.get("scaledobject", "taken", namespace)
+    assert so["spec"]["maxReplicaCount"] == 5 and not so["metadata"].get("ownerReferences")
