@@ -27,7 +27,7 @@ deps:
 binaries:
 	hack/build-binaries.sh
 	hack/deviceplugin/build.sh
-	hack/build-keda.sh
+	hack/build-addons.sh
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt

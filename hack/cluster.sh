@@ -16,7 +16,7 @@
 #                               metrics API server registered as v1beta1.external.metrics.k8s.io)
 # Environment: OVSERVE_CLUSTER_DIR (state, default /tmp/ovserve-cluster), OVSERVE_NETNS (default ovserve),
 # OVSERVE_FAKE_GPUS (devices the plugin advertises at `up`, default 2; 0 = plugin off),
-# OVSERVE_AUTOSCALING (auto|on|off at `up`, default auto: on when KEDA is built and Prometheus installed).
+# OVSERVE_AUTOSCALING (auto|on|off at `up`, default auto: on when hack/build-addons.sh has built them).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -292,7 +292,7 @@ gpu_default() { local n=${OVSERVE_FAKE_GPUS:-2}; if [ "$n" -gt 0 ] && ! alive gp
 
 # ---------------------------------------------------------------------------------------- autoscaling
 PROM_PORT=9090; KEDA_GRPC_PORT=9666; KEDA_API_PORT=6444
-autoscaling_ready() { command -v prometheus >/dev/null && [ -x "$KEDA_BIN_DIR/keda-operator" ] && [ -x "$KEDA_BIN_DIR/keda-adapter" ]; }
+autoscaling_ready() { [ -x "$PROM_BIN_DIR/prometheus" ] && [ -x "$KEDA_BIN_DIR/keda-operator" ] && [ -x "$KEDA_BIN_DIR/keda-adapter" ]; }
 
 write_prometheus_config() {
   # Runtime pods found by Kubernetes service discovery (role pod), scraped on their `http` port. The
@@ -346,7 +346,7 @@ M
 autoscaling() {
   case ${1:-status} in
     on)
-      autoscaling_ready || { log "autoscaling needs prometheus (hack/install-deps.sh) and KEDA (hack/build-keda.sh)"; exit 1; }
+      autoscaling_ready || { log "autoscaling needs Prometheus and KEDA: run hack/build-addons.sh (make binaries)"; exit 1; }
       alive apiserver || { log "cluster not up"; exit 1; }
       grep -q -- --proxy-client-cert-file "/proc/$(cat "$ST/apiserver.pid")/cmdline" 2>/dev/null \
         || { log "this apiserver was started without the aggregation layer: restart the cluster (down, up)"; exit 1; }
@@ -358,7 +358,7 @@ autoscaling() {
       $IN $KC wait --for condition=Established crd/scaledobjects.keda.sh --timeout=60s >/dev/null
       write_prometheus_config
       mkdir -p "$ST/prometheus"
-      start prometheus prometheus --config.file "$ST/prometheus.yml" --storage.tsdb.path "$ST/prometheus" \
+      start prometheus "$PROM_BIN_DIR/prometheus" --config.file "$ST/prometheus.yml" --storage.tsdb.path "$ST/prometheus" \
         --storage.tsdb.retention.time 6h --web.listen-address "$IP:$PROM_PORT" --log.level warn
       local kenv=(env KUBECONFIG="$P/keda-operator.kubeconfig" POD_NAMESPACE=keda WATCH_NAMESPACE= KEDA_CLUSTER_OBJECT_NAMESPACE=keda)
       start keda-operator "${kenv[@]}" "$KEDA_BIN_DIR/keda-operator" --leader-elect=false --zap-log-level=info \
@@ -372,7 +372,7 @@ autoscaling() {
         --port 9022 --zap-log-level=info
       wait_until 60 prometheus $IN curl -sf "http://$IP:$PROM_PORT/-/ready"
       wait_until 120 "KEDA's external metrics API" $IN $KC get --raw /apis/external.metrics.k8s.io/v1beta1
-      log "autoscaling on: Prometheus http://$IP:$PROM_PORT, KEDA $KEDA_VERSION (external metrics API available)";;
+      log "autoscaling on: Prometheus $PROM_VERSION http://$IP:$PROM_PORT, KEDA $KEDA_VERSION (external metrics API available)";;
     off)
       # An APIService without its server makes every discovery call complain: remove it first.
       $IN $KC delete apiservice v1beta1.external.metrics.k8s.io --ignore-not-found >/dev/null 2>&1 || true
@@ -388,7 +388,7 @@ autoscaling_default() {
   case ${OVSERVE_AUTOSCALING:-auto} in
     off) ;;
     on) autoscaling on;;
-    *) if autoscaling_ready; then autoscaling on; else log "autoscaling add-ons not built/installed: skipped (hack/build-keda.sh)"; fi;;
+    *) if autoscaling_ready; then autoscaling on; else log "autoscaling add-ons not built: skipped (hack/build-addons.sh)"; fi;;
   esac
 }
 
