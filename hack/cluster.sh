@@ -352,8 +352,8 @@ autoscaling() {
         || { log "this apiserver was started without the aggregation layer: restart the cluster (down, up)"; exit 1; }
       pki_keda; client_identity keda-operator; client_identity ovserve-prometheus
       # trap: KEDA's CRDs are large: client-side apply would overflow the last-applied annotation
-      $IN $KC apply --server-side --force-conflicts -f "$KEDA_BIN_DIR/crds" -f "$KEDA_BIN_DIR/rbac" \
-        -f "$here/autoscaling/rbac.yaml" >/dev/null
+      $IN $KC apply --server-side --force-conflicts -f "$here/autoscaling/rbac.yaml" >/dev/null   # namespace keda first
+      $IN $KC apply --server-side --force-conflicts -f "$KEDA_BIN_DIR/crds" -f "$KEDA_BIN_DIR/rbac" >/dev/null
       apiservice_manifest | $IN $KC apply --server-side --force-conflicts -f - >/dev/null
       $IN $KC wait --for condition=Established crd/scaledobjects.keda.sh --timeout=60s >/dev/null
       write_prometheus_config
