@@ -92,18 +92,9 @@ class Kube:
     def served(self, group_version: str, plural: str) -> bool:
         """Whether the apiserver serves `plural` in `group_version` now (an uncached discovery call)."""
         try:
-            doc = self.api_client.call_api(
-                f"/apis/{group_version}",
-                "GET",
-                auth_settings=["BearerToken"],
-                response_type="object",
-                _return_http_data_only=True,
-                _request_timeout=5,
-            )
-        except Exception as e:  # 404: the group is not installed; 503: its API server is down
-            if getattr(e, "status", None) in (404, 503):
-                return False
-            raise
+            doc = self.dyn.request("GET", f"/apis/{group_version}", _request_timeout=5).to_dict()
+        except (self.errors.NotFoundError, self.errors.ServiceUnavailableError):
+            return False  # the group is not installed, or its API server is down
         return any(r.get("name") == plural for r in (doc or {}).get("resources") or [])
 
     # -------------------------------------------------------------------------------- status

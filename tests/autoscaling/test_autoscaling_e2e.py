@@ -264,3 +264,13 @@ def test_someone_elses_scaled_object_is_never_taken_over(cluster, operator, name
     assert condition(st, "Autoscaling")["status"] == "False"
     so = cluster.get("scaledobject", "taken", namespace)
     assert so["spec"]["maxReplicaCount"] == 5 and not so["metadata"].get("ownerReferences")
+
+
+def test_keda_discovery_on_the_real_apiserver(cluster, addons):
+    """What KEDANotInstalled rests on: served() asks the apiserver, and tells a missing group apart."""
+    from ovserve_operator.kube import Kube
+
+    kube = Kube()
+    assert kube.served("keda.sh/v1alpha1", "scaledobjects") is True
+    assert kube.served("keda.sh/v1alpha1", "llmservings") is False
+    assert kube.served("not-installed.example.com/v1", "scaledobjects") is False
