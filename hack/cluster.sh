@@ -168,22 +168,7 @@ imageGCHighThresholdPercent: 100
 C
 }
 
-up() {
-  need_binaries
-  mkdir -p "$ST" "$L"
-  lock                                # concurrent `up`s (parallel test sessions) wait for each other
-  if [ -e "/var/run/netns/$NS" ] && healthy; then log "already up ($ST, netns $NS)"; gpu_default; return; fi
-  if [ -e "/var/run/netns/$NS" ]; then log "found a partial cluster: restarting it"; stop_all; fi
-  local t0=$SECONDS
-  [ -e "/var/run/netns/$NS" ] || { ip netns add "$NS"; $IN ip link set lo up; }
-  # trap: no dummy module, and kubelet refuses a loopback node IP: the node address lives on lo
-  $IN ip addr show lo | grep -q "$IP/" || $IN ip addr add $IP/32 dev lo
-  # trap: the node itself reaches ClusterIPs only with a route for the service range
-  $IN ip route show | grep -q '^10.96.0.0/16' || $IN ip route add 10.96.0.0/16 dev lo
-  pki; pki_aggregation; write_configs
-  start etcd "$BIN_DIR/etcd" --data-dir "$ST/etcd" --listen-client-urls http://127.0.0.1:2379 \
-    --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 --log-level warn
-  wait_until 30 etcd $IN curl -sf http://127.0.0.1:2379/health
+start_apiserver() {
   start apiserver "$BIN_DIR/kube-apiserver" --etcd-servers http://127.0.0.1:2379 --bind-address $IP --advertise-address $IP \
     --secure-port 6443 --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" --client-ca-file "$P/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$P/sa.pub" \
@@ -196,6 +181,25 @@ up() {
     --proxy-client-key-file "$P/front-proxy-client.key" --enable-aggregator-routing=true
     # trap: no DNS for node1 (InternalIP above); aggregator routing: extension API servers by endpoint, not ClusterIP
   wait_until 90 kube-apiserver $IN $KC get --raw /readyz
+}
+
+up() {
+  need_binaries
+  mkdir -p "$ST" "$L"
+  lock                                # concurrent `up`s (parallel test sessions) wait for each other
+  if [ -e "/var/run/netns/$NS" ] && healthy; then log "already up ($ST, netns $NS)"; gpu_default; autoscaling_default; return; fi
+  if [ -e "/var/run/netns/$NS" ]; then log "found a partial cluster: restarting it"; stop_all; fi
+  local t0=$SECONDS
+  [ -e "/var/run/netns/$NS" ] || { ip netns add "$NS"; $IN ip link set lo up; }
+  # trap: no dummy module, and kubelet refuses a loopback node IP: the node address lives on lo
+  $IN ip addr show lo | grep -q "$IP/" || $IN ip addr add $IP/32 dev lo
+  # trap: the node itself reaches ClusterIPs only with a route for the service range
+  $IN ip route show | grep -q '^10.96.0.0/16' || $IN ip route add 10.96.0.0/16 dev lo
+  pki; pki_aggregation; write_configs
+  start etcd "$BIN_DIR/etcd" --data-dir "$ST/etcd" --listen-client-urls http://127.0.0.1:2379 \
+    --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 --log-level warn
+  wait_until 30 etcd $IN curl -sf http://127.0.0.1:2379/health
+  start_apiserver
   start controller-manager "$BIN_DIR/kube-controller-manager" --kubeconfig "$P/admin.kubeconfig" \
     --authentication-kubeconfig "$P/admin.kubeconfig" --authorization-kubeconfig "$P/admin.kubeconfig" --bind-address 127.0.0.1 \
     --service-account-private-key-file "$P/sa.key" --root-ca-file "$P/ca.crt" --use-service-account-credentials \
@@ -348,8 +352,14 @@ autoscaling() {
     on)
       autoscaling_ready || { log "autoscaling needs Prometheus and KEDA: run hack/build-addons.sh (make binaries)"; exit 1; }
       alive apiserver || { log "cluster not up"; exit 1; }
-      grep -q -- --proxy-client-cert-file "/proc/$(cat "$ST/apiserver.pid")/cmdline" 2>/dev/null \
-        || { log "this apiserver was started without the aggregation layer: restart the cluster (down, up)"; exit 1; }
+      if ! grep -q -- --proxy-client-cert-file "/proc/$(cat "$ST/apiserver.pid")/cmdline" 2>/dev/null; then
+        # a cluster started by an older hack/: restart only the apiserver, now with the aggregation layer
+        log "restarting the apiserver with the aggregation layer (front-proxy certificates)"
+        pki_aggregation; kill "$(cat "$ST/apiserver.pid")"
+        for _ in $(seq 150); do alive apiserver || break; sleep 0.1; done
+        kill -9 "$(cat "$ST/apiserver.pid")" 2>/dev/null || true
+        rm -f "$ST/apiserver.pid"; start_apiserver
+      fi
       pki_keda; client_identity keda-operator; client_identity ovserve-prometheus
       # trap: KEDA's CRDs are large: client-side apply would overflow the last-applied annotation
       $IN $KC apply --server-side --force-conflicts -f "$here/autoscaling/rbac.yaml" >/dev/null   # namespace keda first
