@@ -9,6 +9,7 @@ figure in docs/autoscaling.md comes from this test.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 
@@ -77,7 +78,7 @@ class Load:
                 time.sleep(0.2)
 
     def start(self) -> None:
-        self.t0 = time.monotonic()
+        self.t0, self.t0_wall = time.monotonic(), time.time()
         for t in self.threads:
             t.start()
 
@@ -185,9 +186,10 @@ def test_scales_up_under_load_and_back_down(cluster, operator, namespace, runtim
     a = st["autoscaling"]
     assert a["desiredReplicas"] == 2 and a.get("lastScaleTime")
     assert a["reason"] and condition(st, "Autoscaling")["status"] == "True"
+    decided_s = dt.datetime.fromisoformat(a["lastScaleTime"].replace("Z", "+00:00")).timestamp() - load.t0_wall
     print(
-        f"\nscale-up: load start -> READY 2/2 in {scale_up_s:.1f} s "
-        f"(KEDA polling 2 s, Prometheus scrape 5 s, HPA sync 15 s); external metric {metric} = {current}; "
+        f"\nscale-up: load start -> READY 2/2 in {scale_up_s:.1f} s (HPA rescaled after {decided_s:.0f} s, "
+        f"+/- 1 s; KEDA polling 2 s, Prometheus scrape 5 s, HPA sync 15 s); external metric {metric} = {current}; "
         f"{load.ok} requests ok, {len(load.errors)} errors"
     )
 
