@@ -60,7 +60,12 @@ def sync(kube: Kube, name: str, namespace: str, uid: str, spec: api.LLMServingSp
     desired = autoscaling.render_scaled_object(name, namespace, uid, spec, prometheus_url)
     so_name = autoscaling.scaled_object_name(name)
     try:
-        existing = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
+        try:
+            existing = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
+        except kube.errors.ForbiddenError:
+            if desired is None:
+                return  # an operator not granted ScaledObjects (chart autoscaling.enabled=false) made none
+            raise
         if existing is not None and not _ours(existing, uid):
             if desired is None:
                 return
