@@ -158,7 +158,7 @@ def autoscaling_status(
         elif not so_ready:
             cond = ("Unknown", SCALED_OBJECT_PENDING, "KEDA has not reported on the ScaledObject yet")
         elif hpa is None:
-            cond = ("Unknown", WAITING_FOR_HPA, f"waiting for KEDA's HPA {hpa_name(spec_name(scaled_object))}")
+            cond = ("Unknown", WAITING_FOR_HPA, f"waiting for KEDA's HPA {hpa_name(_name(scaled_object))}")
         else:
             st = hpa.get("status") or {}
             desired, current = st.get("desiredReplicas"), st.get("currentReplicas")
@@ -175,7 +175,7 @@ def autoscaling_status(
                 ok = "True" if able.get("status") == "True" else "False"
                 cond = (ok, _reason(able.get("reason"), "AbleToScale"), msg)
     block = {
-        "scaledObject": scaled_object_name(spec_name(scaled_object)) if scaled_object is not None else None,
+        "scaledObject": _name(scaled_object) if scaled_object is not None else None,
         "minReplicas": a.minReplicas,
         "maxReplicas": a.maxReplicas,
         "desiredReplicas": desired,
@@ -188,7 +188,7 @@ def autoscaling_status(
     return AutoscalingState({k: v for k, v in block.items() if v is not None}, cond)
 
 
-def spec_name(obj: Mapping[str, Any] | None) -> str:
+def _name(obj: Mapping[str, Any] | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("name") or "")
 
 
