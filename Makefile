@@ -9,7 +9,7 @@ export OVSERVE_NETNS ?= ovserve
 demo: deps binaries venv models up image  ## cluster + operator (Helm) + a sample LLMServing, then print its status
 	hack/demo.sh
 
-test: deps binaries venv lint models  ## every test tier: unit, runtime, cluster, operator, chart
+test: deps binaries venv lint models  ## every test tier: unit, runtime, cluster, operator, chart, autoscaling
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
 
 unit: venv  ## the tests that need neither the cluster nor the models
@@ -27,6 +27,7 @@ deps:
 binaries:
 	hack/build-binaries.sh
 	hack/deviceplugin/build.sh
+	hack/build-addons.sh
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt

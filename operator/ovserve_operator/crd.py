@@ -69,6 +69,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Pods of an earlier spec still running: ready/count and their pipeline.",
     },
     {
+        "name": "Autoscaling",
+        "type": "string",
+        "priority": 1,
+        "jsonPath": ".status.autoscaling.display",
+        "description": "minReplicas-maxReplicas and the autoscaler's last reason; empty without spec.autoscaling.",
+    },
+    {
         "name": "Endpoint",
         "type": "string",
         "priority": 1,
@@ -114,6 +121,10 @@ def _structural(node: Any, defs: dict[str, Any], *, keep_defaults: bool) -> Any:
             out[key] = {k: _structural(v, defs, keep_defaults=keep_defaults) for k, v in value.items()}
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
             out[key] = _structural(value, defs, keep_defaults=keep_defaults)
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            # JSON Schema's numeric bound (pydantic gt/lt) is OpenAPI v3.0's bound + boolean flag
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
         else:
             out[key] = copy.deepcopy(value)
     if out.get("x-kubernetes-int-or-string"):

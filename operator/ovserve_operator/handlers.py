@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from . import podview, readback, render, status, statusqueue
+from . import autoscaling_io, podview, readback, render, status, statusqueue
 from . import spec as api
 from .health import HealthState
 from .kube import Kube, error_status, error_text, is_refusal
@@ -178,7 +178,7 @@ async def _startup(
         CTX.queue,
         llmservings,
         refresh_one,
-        on_gone=CTX.memories.forget,
+        on_gone=_forget,
         on_cycle=on_cycle,
         on_error=on_error,
         concurrency=CONCURRENCY,
@@ -196,6 +196,12 @@ async def _cleanup(**_: Any) -> None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await CTX.task
         CTX.task = None
+
+
+def _forget(key: statusqueue.Key) -> None:
+    """A deleted LLMServing: drop what the controller and the autoscaling hook remember of it."""
+    CTX.memories.forget(key)
+    autoscaling_io.forget(*key)
 
 
 # ------------------------------------------------------------------------------------- reconcile
@@ -221,6 +227,7 @@ def _apply_children(name: str, namespace: str, uid: str, spec: api.LLMServingSpe
                 raise ApplyRefused(target, error_status(e) or 0, error_text(e)) from e
             raise
         applied.append(target)
+    autoscaling_io.sync(kube, name, namespace, uid, spec, CTX.settings.prometheus_url)  # autoscaling hook
     return applied
 
 
@@ -376,6 +383,17 @@ async def refresh(
             deployment=deployed[0] if deployed else None,
             apply_error=memory.apply_error,
             mount_failures=mounts,
+        )
+        # autoscaling hook: status.autoscaling and the Autoscaling condition from KEDA's ScaledObject and HPA
+        try:
+            scaling = await asyncio.to_thread(
+                autoscaling_io.read_state, _kube(), name, namespace, uid, typed, CTX.settings.prometheus_url
+            )
+        except Exception as e:
+            logger.warning("%s/%s: reading the autoscaler failed: %s", namespace, name, error_text(e))
+            scaling = None
+        autoscaling_io.apply_to_status(
+            result.status, scaling, previous=previous, generation=generation, now=now.strftime("%Y-%m-%dT%H:%M:%SZ")
         )
         # Children drifted (deleted or edited by hand) or missing: re-apply, at most every 30 s.
         drifted = not deployed or deployed[0]["hash"] != desired_hash

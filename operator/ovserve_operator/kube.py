@@ -71,6 +71,32 @@ class Kube:
         )
         return out.to_dict()
 
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.dyn.get(
+                self.resource(api_version, kind), name=name, namespace=namespace, _request_timeout=_TIMEOUT
+            ).to_dict()
+        except self.errors.NotFoundError:
+            return None
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete; with `uid`, only that very object (a precondition: never a namesake made meanwhile)."""
+        body = {"preconditions": {"uid": uid}} if uid else None
+        try:
+            self.dyn.delete(
+                self.resource(api_version, kind), name=name, namespace=namespace, body=body, _request_timeout=_TIMEOUT
+            )
+        except self.errors.NotFoundError:
+            pass
+
+    def served(self, group_version: str, plural: str) -> bool:
+        """Whether the apiserver serves `plural` in `group_version` now (an uncached discovery call)."""
+        try:
+            doc = self.dyn.request("GET", f"/apis/{group_version}", _request_timeout=5).to_dict()
+        except (self.errors.NotFoundError, self.errors.ServiceUnavailableError):
+            return False  # the group is not installed, or its API server is down
+        return any(r.get("name") == plural for r in (doc or {}).get("resources") or [])
+
     # -------------------------------------------------------------------------------- status
     def patch_status(self, namespace: str, name: str, status_patch: dict[str, Any]) -> None:
         res = self.resource(api.API_VERSION, api.KIND).subresources["status"]

@@ -75,6 +75,8 @@ class Settings:
     readback_grace_s: float = 30.0  # a Ready pod keeps its last good report this long when unreadable
     status_heartbeat_s: float = 60.0  # status.computedAt is rewritten at least this often
     log_level: str = "INFO"
+    # Where KEDA's Prometheus trigger queries the runtime metrics (spec.autoscaling); kube-prometheus-stack's default.
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
 
     @property
     def clusterwide(self) -> bool:
@@ -137,6 +139,10 @@ class Settings:
             kw["readback_grace_s"] = _float("OVSERVE_READBACK_GRACE_SECONDS", v)
         if v := get("OVSERVE_STATUS_HEARTBEAT_SECONDS"):
             kw["status_heartbeat_s"] = _float("OVSERVE_STATUS_HEARTBEAT_SECONDS", v)
+        if v := get("OVSERVE_PROMETHEUS_URL"):
+            if not v.startswith(("http://", "https://")):
+                raise ValueError(f"OVSERVE_PROMETHEUS_URL: expected an http(s) URL, got {v!r}")
+            kw["prometheus_url"] = v.rstrip("/")
         if v := get("OVSERVE_LOG_LEVEL"):
             kw["log_level"] = v.upper()
         settings = cls(**kw)

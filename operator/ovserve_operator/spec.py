@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from ovserve_runtime.report import PipelineType
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 GROUP = "ovserve.dev"
 VERSION = "v1alpha1"
@@ -183,6 +183,63 @@ class ResourceRequirements(_Strict):
 _PRESERVE = {"x-kubernetes-preserve-unknown-fields": True}
 
 
+class AutoscalingMetric(StrEnum):
+    """The runtime metric that drives the replica count (averaged over the runtime pods)."""
+
+    QueueDepth = "QueueDepth"  # ovserve_queue_depth: accepted, not yet scheduled by the pipeline
+    RunningRequests = "RunningRequests"  # ovserve_requests_running: being generated now
+    KVCacheUsage = "KVCacheUsage"  # ovserve_kv_cache_usage_percent: continuous-batching pipelines only
+
+
+class Autoscaling(_Strict):
+    """Replicas driven by LLM load: a KEDA ScaledObject (Prometheus trigger) that owns spec.replicas."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+                    "message": "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
+                },
+                {
+                    "rule": "!has(self.metric) || self.metric != 'KVCacheUsage' || self.target <= 100.0",
+                    "message": "a KVCacheUsage target is a percentage: at most 100",
+                },
+            ]
+        }
+    )
+
+    minReplicas: int = Field(1, ge=1, le=1000, description="Fewest replicas (>= 1: no scale to zero).")
+    maxReplicas: int = Field(..., ge=1, le=1000, description="Most replicas.")
+    metric: AutoscalingMetric = Field(
+        AutoscalingMetric.QueueDepth,
+        description="QueueDepth (requests waiting per pod), RunningRequests (requests generating per pod) or "
+        "KVCacheUsage (KV-cache usage percent per pod; continuous-batching pipelines only).",
+    )
+    target: float = Field(
+        ..., gt=0, description="Target average of the metric per pod; replicas = ceil(sum over pods / target)."
+    )
+    pollingIntervalSeconds: int = Field(
+        15, ge=1, le=3600, description="How often KEDA queries Prometheus (ScaledObject pollingInterval)."
+    )
+    scaleDownStabilizationSeconds: int = Field(
+        300,
+        ge=0,
+        le=3600,
+        description="Cooldown before scaling down: the HPA's scale-down stabilization window.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscaling:
+        # the same rules as the CEL ones above, for specs that reach the operator by other paths
+        if self.minReplicas > self.maxReplicas:
+            raise ValueError("autoscaling.minReplicas must be <= autoscaling.maxReplicas")
+        if self.metric == AutoscalingMetric.KVCacheUsage and self.target > 100:
+            raise ValueError("a KVCacheUsage target is a percentage: at most 100")
+        return self
+
+
+
 class LLMServingSpec(_Strict):
     """Desired state of an LLMServing: a model served by the ovserve runtime (OpenVINO GenAI)."""
 
@@ -194,7 +251,15 @@ class LLMServingSpec(_Strict):
         "fallback=true. LM_CB/VLM_CB pinned: never downgraded; the serving fails instead. LM/VLM: legacy.",
     )
     device: Device = Field(Device.CPU, description="CPU, or GPU (Intel GPU through its device plugin).")
-    replicas: int = Field(1, ge=0, le=1000, description="Number of runtime pods (scale subresource).")
+    replicas: int = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="Number of runtime pods (scale subresource). With autoscaling, KEDA's HPA sets it.",
+    )
+    autoscaling: Autoscaling | None = Field(
+        None, description="Scale replicas on LLM load with KEDA and Prometheus (both installed separately)."
+    )
     resources: ResourceRequirements | None = Field(None, description="Resources of the runtime container.")
     nodeSelector: dict[str, str] | None = Field(
         None, description="Node labels the runtime pods must match (added to the GPU node selector)."
@@ -262,6 +327,22 @@ class PreviousPods(BaseModel):
     resolved: str | None = Field(None, description="Pipeline(s) they report, comma-separated; empty when none.")
     fallbackReason: str | None = Field(None, description="Their fallback reason, if they fell back.")
     summary: str = Field("", description="One line for the PREVIOUS column, e.g. '1/1 serving LM (fallback)'.")
+class AutoscalingStatus(BaseModel):
+    """What the autoscaler wants and did, read back from KEDA's ScaledObject and its HPA."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    scaledObject: str | None = Field(None, description="Name of the KEDA ScaledObject; empty when none exists.")
+    minReplicas: int = Field(1, ge=0, description="spec.autoscaling.minReplicas.")
+    maxReplicas: int = Field(1, ge=0, description="spec.autoscaling.maxReplicas.")
+    desiredReplicas: int | None = Field(None, ge=0, description="Replicas the HPA last computed.")
+    currentReplicas: int | None = Field(None, ge=0, description="Replicas the HPA last observed.")
+    lastScaleTime: str | None = Field(None, description="When the HPA last changed the replica count (RFC 3339).")
+    reason: str = Field(
+        "Pending", description="The autoscaler's last reason (e.g. SucceededRescale, KEDANotInstalled)."
+    )
+    message: str = Field("", description="Details of the reason.")
+    display: str = Field("", description="minReplicas-maxReplicas and the reason, for the AUTOSCALING column.")
 
 
 class LLMServingStatus(BaseModel):
@@ -286,9 +367,10 @@ class LLMServingStatus(BaseModel):
         "heartbeat even when nothing changed, so an old value means no operator is running.",
         json_schema_extra={"format": "date-time"},
     )
+    autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state when spec.autoscaling is set.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, PipelineResolved, Fallback (metav1.Condition).",
+        description="Ready, PipelineResolved, Fallback, and Autoscaling when set (metav1.Condition).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
 
@@ -317,6 +399,9 @@ __all__ = [
     "PLURAL",
     "REASON_PATTERN",
     "VERSION",
+    "Autoscaling",
+    "AutoscalingMetric",
+    "AutoscalingStatus",
     "Condition",
     "ConditionStatus",
     "Device",

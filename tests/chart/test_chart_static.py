@@ -287,7 +287,7 @@ def test_notes_render(tmp_path):
 
 # ----------------------------------------------------------------------------------------- examples
 
-EXAMPLE_FILES = ["cpu-auto.yaml", "pinned-lm-cb.yaml", "gpu.yaml", "pvc.yaml", "huggingface.yaml"]
+EXAMPLE_FILES = ["cpu-auto.yaml", "pinned-lm-cb.yaml", "gpu.yaml", "pvc.yaml", "huggingface.yaml", "autoscaling.yaml"]
 
 
 def test_examples_exist_and_nothing_else():
@@ -310,6 +310,7 @@ def test_examples_match_the_typed_spec(name):
         "gpu.yaml": ("AUTO", "GPU"),
         "pvc.yaml": ("AUTO", "CPU"),
         "huggingface.yaml": ("AUTO", "CPU"),
+        "autoscaling.yaml": ("AUTO", "CPU"),
     }
     assert (str(spec.pipelineType), str(spec.device)) == expected[name]
     if name in ("cpu-auto.yaml", "pinned-lm-cb.yaml"):

@@ -81,7 +81,9 @@ def test_restricted_deployment_is_ready_and_reachable(cluster, namespace, base_i
     assert len(pods) == 1
     pod_ip = pods[0]["status"]["podIP"]
     assert pods[0]["status"]["containerStatuses"][0]["ready"] is True
-    assert http_get(f"http://{pod_ip}:8080/") == f"hello from {pods[0]['metadata']['name']} uid=10001"
+    # no readiness probe: "ready" means started, and python3 may not listen yet on a busy node
+    body = wait_for(lambda: http_get(f"http://{pod_ip}:8080/"), 30, f"pod {pod_ip}:8080")
+    assert body == f"hello from {pods[0]['metadata']['name']} uid=10001"
     cluster_ip = cluster.get("service", "hello", namespace)["spec"]["clusterIP"]
     # kube-proxy programs the Service asynchronously after the endpoints appear
     body = wait_for(lambda: http_get(f"http://{cluster_ip}/"), 30, f"Service hello at {cluster_ip}")

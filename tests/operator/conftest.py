@@ -69,7 +69,8 @@ class OperatorProcess:
             return None
 
     def logs(self) -> str:
-        self._log.flush()
+        if not self._log.closed:  # after stop(): read what was written (teardown attaches it on failure)
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def alive(self) -> bool:

@@ -77,4 +77,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
 {{- fail "metrics.serviceMonitor.enabled=true needs the Prometheus Operator (monitoring.coreos.com/v1 ServiceMonitor) in the cluster" -}}
 {{- end -}}
+{{- if and .Values.metrics.runtimePodMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor")) -}}
+{{- fail "metrics.runtimePodMonitor.enabled=true needs the Prometheus Operator (monitoring.coreos.com/v1 PodMonitor) in the cluster" -}}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,237 @@
+"""Autoscaling on LLM load (pure): spec.autoscaling -> a KEDA ScaledObject; KEDA's state -> status.
+
+- `render_scaled_object`: a ScaledObject whose Prometheus trigger sums one runtime metric over the
+  LLMServing's pods (AverageValue: replicas = ceil(sum / target)). Its scale target is the LLMServing
+  itself, through the scale subresource: KEDA's HPA writes spec.replicas and the operator keeps
+  rendering the Deployment from spec.replicas, so the operator never fights the HPA.
+- `autoscaling_status`: status.autoscaling and the Autoscaling condition, from whether KEDA's CRD is
+  served, the ScaledObject and the HPA KEDA made for it (the HPA's conditions carry the last reason).
+- `merge_condition`: puts the Autoscaling condition into a status' conditions (lastTransitionTime
+  changes only when its status does), or removes it when autoscaling is off.
+
+handlers.py does the I/O (apply, delete, reads); this module is table-tested in tests/unit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import render
+from . import spec as api
+
+API_VERSION = "keda.sh/v1alpha1"
+KIND = "ScaledObject"
+GROUP = "keda.sh"
+PLURAL = "scaledobjects"
+CONDITION = "Autoscaling"
+# The label Prometheus puts the LLMServing's name in: hack/'s scrape config relabels the pod label
+# ovserve.dev/llmserving to it, and a PodMonitor's podTargetLabels names it the same way.
+SERIES_LABEL = "ovserve_dev_llmserving"
+
+SERIES: dict[api.AutoscalingMetric, str] = {
+    api.AutoscalingMetric.QueueDepth: "ovserve_queue_depth",
+    api.AutoscalingMetric.RunningRequests: "ovserve_requests_running",
+    api.AutoscalingMetric.KVCacheUsage: "ovserve_kv_cache_usage_percent",
+}
+
+# Reasons of status.autoscaling / the Autoscaling condition (the HPA's own reasons pass through).
+KEDA_NOT_INSTALLED = "KEDANotInstalled"  # keda.sh/v1alpha1 ScaledObject is not served: replicas stay as set
+SCALED_OBJECT_REFUSED = "ScaledObjectRefused"  # the apiserver refused the ScaledObject (its message follows)
+SCALED_OBJECT_PENDING = "ScaledObjectPending"  # applied; KEDA has not reported on it yet
+SCALED_OBJECT_NOT_READY = "ScaledObjectNotReady"  # KEDA says the ScaledObject is not ready (its message follows)
+WAITING_FOR_HPA = "WaitingForHPA"  # the ScaledObject is ready; its HPA has not computed a scale yet
+
+_REASON_RE = re.compile(api.REASON_PATTERN)
+
+
+def scaled_object_name(name: str) -> str:
+    return name
+
+
+def hpa_name(name: str) -> str:
+    """The HPA KEDA creates for a ScaledObject (unless the ScaledObject names one)."""
+    return f"keda-hpa-{scaled_object_name(name)}"
+
+
+def query(metric: api.AutoscalingMetric, namespace: str, name: str) -> str:
+    """PromQL: the metric summed over the LLMServing's runtime pods (names are DNS labels: no escaping needed)."""
+    return f'sum({SERIES[metric]}{{namespace="{namespace}",{SERIES_LABEL}="{name}"}})'
+
+
+def render_scaled_object(
+    name: str, namespace: str, uid: str, spec: api.LLMServingSpec, prometheus_url: str
+) -> dict[str, Any] | None:
+    """The ScaledObject for spec.autoscaling, or None when autoscaling is off."""
+    a = spec.autoscaling
+    if a is None:
+        return None
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": scaled_object_name(name),
+            "namespace": namespace,
+            "labels": render.labels(name),
+            "ownerReferences": [render.owner_reference(name, uid)],
+        },
+        "spec": {
+            "scaleTargetRef": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name},
+            "pollingInterval": a.pollingIntervalSeconds,
+            "minReplicaCount": a.minReplicas,
+            "maxReplicaCount": a.maxReplicas,
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "name": hpa_name(name),
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": a.scaleDownStabilizationSeconds}},
+                }
+            },
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "name": a.metric.value[0].lower() + a.metric.value[1:],
+                    "metricType": "AverageValue",
+                    "metadata": {
+                        "serverAddress": prometheus_url,
+                        "query": query(a.metric, namespace, name),
+                        "threshold": f"{a.target:g}",
+                        # no series yet (no pod scraped): 0, not an error
+                        "ignoreNullValues": "true",
+                    },
+                }
+            ],
+        },
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoscalingState:
+    """status.autoscaling (None when autoscaling is off) and the Autoscaling condition's (status, reason, message)."""
+
+    status: dict[str, Any] | None
+    condition: tuple[str, str, str] | None
+
+
+def _cond(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any]:
+    conds = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c.get("type") == ctype), {})
+
+
+def _reason(value: Any, default: str) -> str:
+    return value if isinstance(value, str) and _REASON_RE.match(value) else default
+
+
+def autoscaling_status(
+    spec: api.LLMServingSpec,
+    *,
+    keda_installed: bool,
+    scaled_object: Mapping[str, Any] | None,
+    hpa: Mapping[str, Any] | None,
+    apply_error: str | None = None,
+) -> AutoscalingState:
+    """What status says about autoscaling (pure)."""
+    a = spec.autoscaling
+    if a is None:
+        return AutoscalingState(None, None)
+    desired = current = last_scale = None
+    if not keda_installed:
+        cond = (
+            "False",
+            KEDA_NOT_INSTALLED,
+            f"the {API_VERSION} ScaledObject API is not served: install KEDA to autoscale "
+            f"(docs/autoscaling.md); replicas stay at spec.replicas ({spec.replicas})",
+        )
+    elif apply_error:
+        cond = ("False", SCALED_OBJECT_REFUSED, apply_error)
+    elif scaled_object is None:
+        cond = ("Unknown", SCALED_OBJECT_PENDING, "the ScaledObject is not created yet")
+    else:
+        so_ready = _cond(scaled_object, "Ready")
+        if so_ready.get("status") == "False":
+            cond = (
+                "False",
+                SCALED_OBJECT_NOT_READY,
+                f"{so_ready.get('reason', '')}: {so_ready.get('message', '')}".strip(": "),
+            )
+        elif not so_ready:
+            cond = ("Unknown", SCALED_OBJECT_PENDING, "KEDA has not reported on the ScaledObject yet")
+        elif hpa is None:
+            cond = ("Unknown", WAITING_FOR_HPA, f"waiting for KEDA's HPA {hpa_name(_name(scaled_object))}")
+        else:
+            st = hpa.get("status") or {}
+            desired, current = st.get("desiredReplicas"), st.get("currentReplicas")
+            last_scale = st.get("lastScaleTime")
+            active, able, limited = (_cond(hpa, t) for t in ("ScalingActive", "AbleToScale", "ScalingLimited"))
+            if active.get("status") == "False":
+                cond = ("False", _reason(active.get("reason"), "ScalingInactive"), active.get("message", ""))
+            elif not able:
+                cond = ("Unknown", WAITING_FOR_HPA, "the HPA has not computed a scale yet")
+            else:
+                msg = able.get("message", "")
+                if limited.get("status") == "True":
+                    msg = f"{msg}; {limited.get('message', '')}".strip("; ")
+                ok = "True" if able.get("status") == "True" else "False"
+                cond = (ok, _reason(able.get("reason"), "AbleToScale"), msg)
+    block = {
+        "scaledObject": _name(scaled_object) if scaled_object is not None else None,
+        "minReplicas": a.minReplicas,
+        "maxReplicas": a.maxReplicas,
+        "desiredReplicas": desired,
+        "currentReplicas": current,
+        "lastScaleTime": last_scale,
+        "reason": cond[1],
+        "message": cond[2][:4096],
+        "display": f"{a.minReplicas}-{a.maxReplicas} {cond[1]}",
+    }
+    return AutoscalingState({k: v for k, v in block.items() if v is not None}, cond)
+
+
+def _name(obj: Mapping[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("name") or "")
+
+
+def merge_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    condition: tuple[str, str, str] | None,
+    *,
+    previous: Sequence[Mapping[str, Any]] | None,
+    generation: int | None,
+    now: str,
+) -> list[dict[str, Any]]:
+    """`conditions` with the Autoscaling condition set (or removed when `condition` is None)."""
+    out = [dict(c) for c in conditions if c.get("type") != CONDITION]
+    if condition is None:
+        return out
+    status, reason, message = condition
+    old = next((c for c in previous or [] if c.get("type") == CONDITION), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") else now
+    out.append(
+        {
+            "type": CONDITION,
+            "status": status,
+            "observedGeneration": generation,
+            "reason": reason,
+            "message": message[:32768],
+            "lastTransitionTime": since,
+        }
+    )
+    return out
+
+
+__all__ = [
+    "CONDITION",
+    "KEDA_NOT_INSTALLED",
+    "SCALED_OBJECT_NOT_READY",
+    "SCALED_OBJECT_PENDING",
+    "SCALED_OBJECT_REFUSED",
+    "SERIES",
+    "WAITING_FOR_HPA",
+    "AutoscalingState",
+    "autoscaling_status",
+    "hpa_name",
+    "merge_condition",
+    "query",
+    "render_scaled_object",
+]

@@ -1,0 +1,352 @@
+"""End-to-end autoscaling on the real cluster: runtime pods scraped by Prometheus (Kubernetes service
+discovery), KEDA's ScaledObject rendered by the operator, the HPA scaling the LLMServing through its scale
+subresource, load sent through the Service with the openai client.
+
+Load is bounded (at most LOAD_MAX_S seconds and LOAD_MAX_REQUESTS requests) and cluster-internal only.
+The measured scale-up time (load start -> a second replica Ready in `kubectl get llms`) is printed; the
+figure in docs/autoscaling.md comes from this test.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import openai
+import pytest
+
+from tests.autoscaling.conftest import PROMETHEUS, prom_query
+from tests.operator.test_operator_e2e import condition, llms, pvc_model, row, status
+
+pytestmark = [pytest.mark.cluster]
+
+LOAD_MAX_S = 240
+LOAD_MAX_REQUESTS = 5000
+CONCURRENCY = 6
+
+
+@pytest.fixture
+def operator(start_operator, addons):
+    """One operator whose ScaledObjects point KEDA at the cluster's Prometheus."""
+    p = start_operator("op-autoscale", OVSERVE_PROMETHEUS_URL=addons)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        h = p.health()
+        if h and h.get("role") == "leader" and h.get("kopf"):
+            return p
+        if not p.alive():
+            pytest.fail(f"operator exited {p.proc.returncode}:\n{p.logs()}", pytrace=False)
+        time.sleep(0.3)
+    pytest.fail(f"operator did not become leader:\n{p.logs()}", pytrace=False)
+
+
+class Load:
+    """CONCURRENCY streaming chat completions in a loop through the Service, until stopped or bounded."""
+
+    def __init__(self, base_url: str, model: str) -> None:
+        self.client = openai.OpenAI(base_url=base_url, api_key="unused", timeout=30, max_retries=0)
+        self.model = model
+        self.stop = threading.Event()
+        self.sent = 0
+        self.ok = 0
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._worker, daemon=True) for _ in range(CONCURRENCY)]
+        self.t0 = self.t_stop = 0.0
+
+    def _worker(self) -> None:
+        while not self.stop.is_set() and time.monotonic() - self.t0 < LOAD_MAX_S:
+            with self.lock:
+                if self.sent >= LOAD_MAX_REQUESTS:
+                    return
+                self.sent += 1
+            try:
+                stream = self.client.chat.completions.create(
+                    model=self.model,
+                    messages=[{"role": "user", "content": "count"}],
+                    max_tokens=400,  # the tiny model's context is 512
+                    stream=True,
+                )
+                for _ in stream:
+                    pass
+                with self.lock:
+                    self.ok += 1
+            except openai.OpenAIError as e:  # counted, never retried blindly
+                with self.lock:
+                    self.errors.append(repr(e)[:300])
+                time.sleep(0.2)
+
+    def start(self) -> None:
+        self.t0, self.t0_wall = time.monotonic(), time.time()
+        for t in self.threads:
+            t.start()
+
+    def finish(self) -> None:
+        self.t_stop = time.monotonic()
+        self.stop.set()
+        for t in self.threads:
+            t.join(40)
+
+
+def test_cel_refuses_min_above_max(cluster, crd, namespace):
+    bad = llms(
+        "bad", {"model": {"hostPath": {"path": "/m"}}, "autoscaling": {"minReplicas": 3, "maxReplicas": 2, "target": 1}}
+    )
+    proc = cluster.create(bad, namespace, check=False)
+    assert proc.returncode != 0
+    assert "autoscaling.minReplicas must be <= autoscaling.maxReplicas" in proc.stderr
+    zero = llms(
+        "zero",
+        {"model": {"hostPath": {"path": "/m"}}, "autoscaling": {"minReplicas": 0, "maxReplicas": 2, "target": 1}},
+    )
+    proc = cluster.create(zero, namespace, check=False)
+    assert proc.returncode != 0 and "minReplicas" in proc.stderr
+
+
+def test_scales_up_under_load_and_back_down(cluster, operator, namespace, runtime):
+    # The legacy pipeline serves one request at a time, so concurrent load queues: QueueDepth is the signal
+    # (on the tiny model a continuous-batching pod finishes 400 tokens in milliseconds, and its running
+    # requests are almost never caught by a scrape: the load there is HTTP-bound, not generation-bound).
+    name = "scaler"
+    spec = {
+        "model": pvc_model("tiny-llm"),
+        "pipelineType": "LM",
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        "autoscaling": {
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "metric": "QueueDepth",
+            "target": 1,
+            "pollingIntervalSeconds": 2,
+            "scaleDownStabilizationSeconds": 10,
+        },
+    }
+    cluster.apply(llms(name, spec), namespace)
+
+    # 1 replica Ready; the ScaledObject is KEDA-ready and its HPA reports
+    def settled():
+        st = status(cluster, namespace, name)
+        a = st.get("autoscaling") or {}
+        return (
+            st.get("phase") == "Ready"
+            and st.get("readyReplicas") == 1
+            and a.get("desiredReplicas") == 1
+            and condition(st, "Autoscaling").get("status") == "True"
+            and st
+        )
+
+    st = cluster.wait_for(settled, 240, "1 Ready replica and an active autoscaler")
+    so = cluster.get("scaledobject", name, namespace)
+    assert so["metadata"]["ownerReferences"][0]["kind"] == "LLMServing"
+    assert so["spec"]["scaleTargetRef"]["kind"] == "LLMServing"
+    hpa = cluster.get("hpa", "keda-hpa-scaler", namespace)
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "ovserve.dev/v1alpha1", "kind": "LLMServing", "name": name}
+    assert (st["autoscaling"]["minReplicas"], st["autoscaling"]["maxReplicas"]) == (1, 2)
+    wide = {r["NAME"]: r for r in cluster.table("llmservings", "-n", namespace, "-o", "wide")}[name]
+    assert wide["AUTOSCALING"].startswith("1-2 ")
+
+    # Prometheus found the pod by Kubernetes service discovery, with the labels the trigger selects on
+    series = cluster.wait_for(
+        lambda: prom_query(f'ovserve_queue_depth{{namespace="{namespace}",ovserve_dev_llmserving="{name}"}}'),
+        60,
+        f"the runtime pod's series in Prometheus ({PROMETHEUS})",
+    )
+    assert series[0]["metric"]["pod"].startswith(f"{name}-")
+
+    svc = cluster.get("service", name, namespace)
+    base_url = f"http://{svc['spec']['clusterIP']}:8000/v3"
+    load = Load(base_url, name)  # the served name defaults to metadata.name
+    load.start()
+
+    def scaled_up():
+        if not load.ok and len(load.errors) >= 10:  # the load itself is broken: say so now
+            pytest.fail(f"every request failed: {load.errors[:3]}", pytrace=False)
+        return row(cluster, namespace, name).get("READY") == "2/2" and time.monotonic()
+
+    try:
+        # scale up: the HPA raises spec.replicas, a second runtime pod becomes Ready, READY shows it
+        t_up = cluster.wait_for(
+            scaled_up,
+            LOAD_MAX_S - 20,
+            "READY 2/2 under load",
+            interval=1,
+        )
+        scale_up_s = t_up - load.t0
+        st = status(cluster, namespace, name)
+        # the external metrics API (KEDA's metrics server behind the APIService) served the metric
+        hpa = cluster.get("hpa", "keda-hpa-scaler", namespace)
+        metric = hpa["spec"]["metrics"][0]["external"]["metric"]["name"]
+        current = hpa["status"]["currentMetrics"][0]["external"]["current"]
+        assert hpa["status"]["desiredReplicas"] == 2
+    finally:
+        load.finish()
+    assert load.ok > 0 and len(load.errors) <= load.sent // 10, load.errors[:5]
+    assert cluster.get("llmserving", name, namespace)["spec"]["replicas"] == 2
+    a = st["autoscaling"]
+    assert a["desiredReplicas"] == 2 and a.get("lastScaleTime")
+    assert a["reason"] and condition(st, "Autoscaling")["status"] == "True"
+    decided_s = dt.datetime.fromisoformat(a["lastScaleTime"].replace("Z", "+00:00")).timestamp() - load.t0_wall
+    print(
+        f"\nscale-up: load start -> READY 2/2 in {scale_up_s:.1f} s (HPA rescaled after {decided_s:.0f} s, "
+        f"+/- 1 s; KEDA polling 2 s, Prometheus scrape 5 s, HPA sync 15 s); external metric {metric} = {current}; "
+        f"{load.ok} requests ok, {len(load.errors)} errors"
+    )
+
+    # load stopped: back to minReplicas after the 10 s stabilization window
+    cluster.wait_for(
+        lambda: (
+            row(cluster, namespace, name).get("READY") == "1/1"
+            and cluster.get("llmserving", name, namespace)["spec"]["replicas"] == 1
+        ),
+        180,
+        "scale down to minReplicas (READY 1/1)",
+        interval=1,
+    )
+    print(f"scale-down: load stop -> READY 1/1 in {time.monotonic() - load.t_stop:.1f} s")
+    st = cluster.wait_for(
+        lambda: (s := status(cluster, namespace, name)).get("autoscaling", {}).get("desiredReplicas") == 1 and s,
+        60,
+        "status.autoscaling.desiredReplicas 1",
+    )
+    assert st["autoscaling"]["currentReplicas"] in (1, 2)
+    assert st["phase"] == "Ready"
+
+
+def test_removing_autoscaling_deletes_the_scaled_object(cluster, operator, namespace):
+    """The ScaledObject follows the field; replicas stay where the autoscaler left them."""
+    name = "toggle"
+    spec = {
+        "model": {"huggingFace": {"repo": "ovserve-test/never-downloaded"}},  # pods never start: control plane only
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 3, "metric": "QueueDepth", "target": 4},
+    }
+    cluster.apply(llms(name, spec), namespace)
+    so = cluster.wait_for(lambda: cluster.get("scaledobject", name, namespace), 60, "ScaledObject created")
+    trigger = so["spec"]["triggers"][0]["metadata"]
+    assert trigger["query"] == f'sum(ovserve_queue_depth{{namespace="{namespace}",ovserve_dev_llmserving="{name}"}})'
+    assert trigger["threshold"] == "4" and trigger["serverAddress"] == PROMETHEUS
+    cluster.kubectl(
+        "patch",
+        "llmserving",
+        name,
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        '[{"op": "remove", "path": "/spec/autoscaling"}]',
+    )
+    cluster.wait_for(lambda: cluster.get("scaledobject", name, namespace) is None, 60, "ScaledObject deleted")
+    cluster.wait_for(
+        lambda: (
+            "autoscaling" not in status(cluster, namespace, name)
+            and not condition(status(cluster, namespace, name), "Autoscaling")
+        ),
+        30,
+        "status.autoscaling and the Autoscaling condition gone",
+    )
+
+
+def test_someone_elses_scaled_object_is_never_taken_over(cluster, operator, namespace):
+    foreign = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "taken", "labels": {"team": "other"}},
+        "spec": {
+            "scaleTargetRef": {"name": "someone-elses-deployment"},
+            "minReplicaCount": 1,
+            "maxReplicaCount": 5,
+            "triggers": [{"type": "cpu", "metricType": "Utilization", "metadata": {"value": "50"}}],
+        },
+    }
+    cluster.apply(foreign, namespace)
+    spec = {
+        "model": {"huggingFace": {"repo": "ovserve-test/never-downloaded"}},
+        "autoscaling": {"maxReplicas": 2, "target": 1},
+    }
+    cluster.apply(llms("taken", spec), namespace)
+    st = cluster.wait_for(
+        lambda: (
+            (s := status(cluster, namespace, "taken")).get("autoscaling", {}).get("reason") == "ScaledObjectRefused"
+            and s
+        ),
+        60,
+        "reason ScaledObjectRefused",
+    )
+    assert "NameConflict" in st["autoscaling"]["message"]
+    assert condition(st, "Autoscaling")["status"] == "False"
+    so = cluster.get("scaledobject", "taken", namespace)
+    assert so["spec"]["maxReplicaCount"] == 5 and not so["metadata"].get("ownerReferences")
+
+
+def test_keda_discovery_on_the_real_apiserver(cluster, addons):
+    """What KEDANotInstalled rests on: served() asks the apiserver, and tells a missing group apart."""
+    from ovserve_operator.kube import Kube
+
+    kube = Kube()
+    assert kube.served("keda.sh/v1alpha1", "scaledobjects") is True
+    assert kube.served("keda.sh/v1alpha1", "llmservings") is False
+    assert kube.served("not-installed.example.com/v1", "scaledobjects") is False
+
+
+def test_operator_works_with_the_charts_autoscaling_rbac(cluster, start_operator, namespace, tmp_path, addons):
+    """The chart's ClusterRole with autoscaling.enabled (rendered by helm) is all the operator needs."""
+    import yaml
+
+    from tests.chart.helpers import one, render
+
+    chart_role = one(render({"autoscaling": {"enabled": True}}, tmp_path), "ClusterRole")
+    rules = [
+        *chart_role["rules"],
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    ]  # the test's own Lease
+    role = f"ovserve-as-rbac-{namespace}"[:63]
+    cluster.apply(
+        [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator", "namespace": namespace}},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": role},
+                "rules": rules,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}],
+            },
+        ]
+    )
+    try:
+        token = cluster.kubectl("create", "token", "operator", "-n", namespace, "--duration=1h").stdout.strip()
+        admin = yaml.safe_load(cluster.kubeconfig.read_text())
+        kc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": admin["clusters"],
+            "users": [{"name": "operator", "user": {"token": token}}],
+            "contexts": [{"name": "op", "context": {"cluster": admin["clusters"][0]["name"], "user": "operator"}}],
+            "current-context": "op",
+        }
+        path = tmp_path / "operator.kubeconfig"
+        path.write_text(yaml.safe_dump(kc))
+        op = start_operator("op-as-rbac", KUBECONFIG=str(path), OVSERVE_PROMETHEUS_URL=addons)
+        cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader with the SA's rights")
+        unstarted = {"huggingFace": {"repo": "ovserve-test/never-downloaded"}}
+        cluster.apply(llms("plain", {"model": unstarted}), namespace)
+        cluster.apply(llms("scaled", {"model": unstarted, "autoscaling": {"maxReplicas": 2, "target": 1}}), namespace)
+        cluster.wait_for(lambda: cluster.get("scaledobject", "scaled", namespace), 60, "ScaledObject created")
+        cluster.wait_for(
+            lambda: (
+                status(cluster, namespace, "scaled").get("autoscaling", {}).get("reason")
+                not in (None, "ScaledObjectPending", "WaitingForHPA", "ScaledObjectRefused")
+            ),
+            90,
+            "a reason read from KEDA's HPA",
+        )
+        assert cluster.get("deployment", "plain", namespace) and not cluster.get("scaledobject", "plain", namespace)
+        logs = op.logs()
+        assert "403" not in logs and "Forbidden" not in logs, logs[-4000:]
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)
