@@ -62,6 +62,7 @@ class Settings:
     )
     gpu_supplemental_groups: tuple[int, ...] = ()
     hf_endpoint: str = ""  # Hugging Face Hub endpoint for the download init container (mirrors); "" = the Hub
+    hf_allow_http: bool = False  # a plain-http hf_endpoint (a mirror inside the cluster): token and model unencrypted
     leader_election: bool = True
     lease_namespace: str = "default"
     lease_name: str = "ovserve-operator"
@@ -108,6 +109,8 @@ class Settings:
             if not v.startswith(("http://", "https://")):
                 raise ValueError(f"OVSERVE_HF_ENDPOINT: expected an http(s) URL, got {v!r}")
             kw["hf_endpoint"] = v.rstrip("/")
+        if v := get("OVSERVE_HF_ALLOW_HTTP"):
+            kw["hf_allow_http"] = _bool("OVSERVE_HF_ALLOW_HTTP", v)
         if (v := get("OVSERVE_LEADER_ELECTION")) is not None:
             kw["leader_election"] = _bool("OVSERVE_LEADER_ELECTION", v) if v else True
         kw["lease_namespace"] = get("OVSERVE_LEASE_NAMESPACE") or get("POD_NAMESPACE") or "default"
@@ -138,6 +141,11 @@ class Settings:
         return settings
 
     def validate(self) -> None:
+        if self.hf_endpoint.startswith("http://") and not self.hf_allow_http:
+            raise ValueError(
+                f"OVSERVE_HF_ENDPOINT {self.hf_endpoint} is plain http: Hub tokens and models would travel "
+                "unencrypted; set OVSERVE_HF_ALLOW_HTTP=true only for a mirror you trust"
+            )
         if not (self.retry_period_s < self.renew_deadline_s < self.lease_duration_s):
             raise ValueError(
                 "leader election needs retry period < renew deadline < lease duration, got "
