@@ -63,6 +63,10 @@ class Settings:
     gpu_supplemental_groups: tuple[int, ...] = ()
     hf_endpoint: str = ""  # Hugging Face Hub endpoint for the download init container (mirrors); "" = the Hub
     hf_allow_http: bool = False  # a plain-http hf_endpoint (a mirror inside the cluster): token and model unencrypted
+    # Tenant policy (policy.py): secure by default; the chart and the tests turn on what they need.
+    allow_host_path: bool = False
+    allowed_images: tuple[str, ...] = ()  # image prefixes a spec.image may use; "*" = any; () = none
+    allow_scheduling_passthrough: bool = True
     leader_election: bool = True
     lease_namespace: str = "default"
     lease_name: str = "ovserve-operator"
@@ -111,6 +115,12 @@ class Settings:
             kw["hf_endpoint"] = v.rstrip("/")
         if v := get("OVSERVE_HF_ALLOW_HTTP"):
             kw["hf_allow_http"] = _bool("OVSERVE_HF_ALLOW_HTTP", v)
+        if v := get("OVSERVE_ALLOW_HOSTPATH"):
+            kw["allow_host_path"] = _bool("OVSERVE_ALLOW_HOSTPATH", v)
+        if (v := get("OVSERVE_ALLOWED_IMAGES")) is not None:
+            kw["allowed_images"] = tuple(_list(v))
+        if v := get("OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH"):
+            kw["allow_scheduling_passthrough"] = _bool("OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH", v)
         if (v := get("OVSERVE_LEADER_ELECTION")) is not None:
             kw["leader_election"] = _bool("OVSERVE_LEADER_ELECTION", v) if v else True
         kw["lease_namespace"] = get("OVSERVE_LEASE_NAMESPACE") or get("POD_NAMESPACE") or "default"
