@@ -107,6 +107,21 @@ def test_configure_kopf():
     assert ks.posting.reporting_instance == "op-1"
 
 
+def test_watches_send_label_selectors_to_the_apiserver():
+    from kopf._cogs.structs.references import Resource
+
+    ks = kopf.OperatorSettings()
+    configure_kopf(ks, Settings())
+    selectors = ks.watching.label_selectors
+    pods = Resource("", "v1", "pods", kind="Pod", namespaced=True)
+    deployments = Resource("apps", "v1", "deployments", kind="Deployment", namespaced=True)
+    llms = Resource("ovserve.dev", "v1alpha1", "llmservings", kind="LLMServing", namespaced=True)
+    managed = "app.kubernetes.io/managed-by=ovserve-operator,ovserve.dev/llmserving"
+    assert list(selectors.collect(pods)) == [f"{managed},app.kubernetes.io/component=runtime"]
+    assert list(selectors.collect(deployments)) == [managed]
+    assert list(selectors.collect(llms)) == []
+
+
 @pytest.mark.parametrize(
     "argv,env,attr,value",
     [
