@@ -4,6 +4,7 @@
 #   hack/images.sh base      localhost/ovserve-base:1, a debootstrap'ed Debian with python3 (~4 min, cached)
 #   hack/images.sh project   localhost/ovserve:dev from the Dockerfile on that base; rebuilt only when
 #                            Dockerfile, constraints.txt, pyproject.toml, runtime/ or operator/ change
+#   hack/images.sh standin   localhost/ovserve-standin:1, a hostile stand-in runtime (hack/standin) on the base
 #   hack/images.sh all
 # Images are imported into the cluster's containerd when it runs (OVSERVE_CLUSTER_DIR), else only built.
 set -euo pipefail
@@ -74,6 +75,20 @@ build_base() {
   buildah commit -q "$c" "$BASE_IMAGE" >/dev/null; buildah rm "$c" >/dev/null
 }
 
+standin() {
+  base
+  local img=localhost/ovserve-standin:1 key; key=$(sha256sum "$here/standin/ovserve-runtime" | cut -c1-16)
+  if [ "$(buildah inspect -f '{{index .OCIv1.Config.Labels "ovserve.dev/input"}}' "$img" 2>/dev/null)" != "$key" ]; then
+    log "building $img"
+    local c; c=$(buildah from "$BASE_IMAGE")
+    buildah copy -q --chmod 0755 "$c" "$here/standin/ovserve-runtime" /usr/local/bin/ovserve-runtime >/dev/null
+    buildah config --user 10001:10001 --cmd '["ovserve-runtime"]' --label "ovserve.dev/input=$key" "$c"
+    buildah commit -q "$c" "$img" >/dev/null; buildah rm "$c" >/dev/null
+  fi
+  import "$img" "$key"
+  echo "$img"
+}
+
 project_key() { # hash of everything the image is built from
   (cd "$root" && { sha256sum Dockerfile constraints.txt pyproject.toml
     find runtime operator -type f -not -path '*/__pycache__/*' -not -name '*.pyc' -not -path '*.egg-info*' | LC_ALL=C sort | xargs sha256sum; } \
@@ -96,7 +111,7 @@ project() {
 }
 
 case ${1:-} in
-  pause) pause;; base) base;; project) project;;
+  pause) pause;; base) base;; project) project;; standin) standin;;
   all) pause; project;;
   key) project_key;;
   *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;

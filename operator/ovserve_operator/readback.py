@@ -6,6 +6,11 @@ message (terminationMessagePolicy FallbackToLogsOnError), which the kubelet keep
 state/lastState.terminated.message even when the pod was never reachable. A Ready pod whose report
 cannot be read keeps its last good report for a bounded grace (ReadbackMemory); pod inspection itself
 lives in podview.
+
+A pod answers what its image says (`spec.image` is the tenant's choice), so nothing it answers is trusted:
+no redirects are followed (a 3xx could point the operator at any address), the body is read up to
+MAX_REPORT_BYTES and never decompressed, every read has a deadline, at most `concurrency` reads run at
+once, and whatever goes wrong is a readback error, never an operator crash.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from . import podview
 from .render import PORT
 
 log = logging.getLogger(__name__)
+
+MAX_REPORT_BYTES = 64 * 1024  # a real report is under 2 KiB
+DEFAULT_CONCURRENCY = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,16 +124,36 @@ def status_url(pod: Mapping[str, Any], port: int = PORT) -> str:
     return f"http://{host}:{port}/v1/status"
 
 
+async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    if resp.content_length is not None and resp.content_length > limit:
+        raise ValueError(f"body of {resp.content_length} bytes, more than {limit}")
+    body = bytearray()
+    while chunk := await resp.content.readany():
+        body += chunk
+        if len(body) > limit:
+            raise ValueError(f"body larger than {limit} bytes")
+    return bytes(body)
+
+
 async def fetch_report(
     session: aiohttp.ClientSession, pod: Mapping[str, Any], port: int = PORT
 ) -> tuple[RuntimeReport | None, str]:
     try:
-        async with session.get(status_url(pod, port)) as resp:
+        async with session.get(
+            status_url(pod, port), allow_redirects=False, headers={"Accept-Encoding": "identity"}
+        ) as resp:
+            if 300 <= resp.status < 400:
+                return None, f"GET /v1/status: HTTP {resp.status} (redirects are not followed)"
             if resp.status != 200:
                 return None, f"GET /v1/status: HTTP {resp.status}"
-            return RuntimeReport.model_validate_json(await resp.read()), ""
-    except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as e:
-        return None, f"GET /v1/status: {type(e).__name__}: {e}"
+            if resp.headers.get("Content-Encoding", "identity") != "identity":
+                return None, f"GET /v1/status: Content-Encoding {resp.headers['Content-Encoding']!r} refused"
+            body = await _read_bounded(resp, MAX_REPORT_BYTES)
+        return RuntimeReport.model_validate_json(body), ""
+    except TimeoutError:
+        return None, "GET /v1/status: no answer in time"
+    except (aiohttp.ClientError, ValueError, OSError) as e:
+        return None, f"GET /v1/status: {type(e).__name__}: {str(e)[:200]}"
 
 
 async def read_pod(session: aiohttp.ClientSession, pod: Mapping[str, Any], port: int = PORT) -> Reading:
@@ -138,13 +166,26 @@ async def read_pod(session: aiohttp.ClientSession, pod: Mapping[str, Any], port:
 
 
 async def read_reports(
-    pods: Iterable[Mapping[str, Any]], *, timeout: float = 2.0, port: int = PORT
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    timeout: float = 2.0,
+    port: int = PORT,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> dict[str, Reading]:
-    """pod name -> Reading, for every pod (concurrently)."""
+    """pod name -> Reading, for every pod (at most `concurrency` HTTP reads at once, each within `timeout`)."""
     pods = list(pods)
     if not pods:
         return {}
-    client_timeout = aiohttp.ClientTimeout(total=timeout, connect=timeout)
-    async with aiohttp.ClientSession(timeout=client_timeout, trust_env=False) as session:
-        readings = await asyncio.gather(*(read_pod(session, pod, port) for pod in pods))
+    client_timeout = aiohttp.ClientTimeout(total=timeout, connect=timeout, sock_read=timeout)
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=True)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(pod: Mapping[str, Any]) -> Reading:
+        async with gate:
+            return await read_pod(session, pod, port)
+
+    async with aiohttp.ClientSession(
+        timeout=client_timeout, connector=connector, trust_env=False, auto_decompress=False
+    ) as session:
+        readings = await asyncio.gather(*(one(pod) for pod in pods))
     return {(pod.get("metadata") or {}).get("name", ""): r for pod, r in zip(pods, readings, strict=True)}

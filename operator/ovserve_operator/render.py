@@ -168,6 +168,8 @@ def _download_init_container(
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
     if settings.hf_endpoint:
         env.append({"name": "HF_ENDPOINT", "value": settings.hf_endpoint})
+    if settings.hf_allow_http:  # the downloader refuses plain http on its own too
+        env.append({"name": "OVSERVE_HF_ALLOW_HTTP", "value": "true"})
     if hf.tokenSecretRef is not None:
         # The token reaches the process as an env var only: never an argument, never logged.
         env.append(

@@ -62,6 +62,11 @@ class Settings:
     )
     gpu_supplemental_groups: tuple[int, ...] = ()
     hf_endpoint: str = ""  # Hugging Face Hub endpoint for the download init container (mirrors); "" = the Hub
+    hf_allow_http: bool = False  # a plain-http hf_endpoint (a mirror inside the cluster): token and model unencrypted
+    # Tenant policy (policy.py): secure by default; the chart and the tests turn on what they need.
+    allow_host_path: bool = False
+    allowed_images: tuple[str, ...] = ()  # image prefixes a spec.image may use; "*" = any; () = none
+    allow_scheduling_passthrough: bool = True
     leader_election: bool = True
     lease_namespace: str = "default"
     lease_name: str = "ovserve-operator"
@@ -112,6 +117,14 @@ class Settings:
             if not v.startswith(("http://", "https://")):
                 raise ValueError(f"OVSERVE_HF_ENDPOINT: expected an http(s) URL, got {v!r}")
             kw["hf_endpoint"] = v.rstrip("/")
+        if v := get("OVSERVE_HF_ALLOW_HTTP"):
+            kw["hf_allow_http"] = _bool("OVSERVE_HF_ALLOW_HTTP", v)
+        if v := get("OVSERVE_ALLOW_HOSTPATH"):
+            kw["allow_host_path"] = _bool("OVSERVE_ALLOW_HOSTPATH", v)
+        if (v := get("OVSERVE_ALLOWED_IMAGES")) is not None:
+            kw["allowed_images"] = tuple(_list(v))
+        if v := get("OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH"):
+            kw["allow_scheduling_passthrough"] = _bool("OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH", v)
         if (v := get("OVSERVE_LEADER_ELECTION")) is not None:
             kw["leader_election"] = _bool("OVSERVE_LEADER_ELECTION", v) if v else True
         kw["lease_namespace"] = get("OVSERVE_LEASE_NAMESPACE") or get("POD_NAMESPACE") or "default"
@@ -150,6 +163,11 @@ class Settings:
         return settings
 
     def validate(self) -> None:
+        if self.hf_endpoint.startswith("http://") and not self.hf_allow_http:
+            raise ValueError(
+                f"OVSERVE_HF_ENDPOINT {self.hf_endpoint} is plain http: Hub tokens and models would travel "
+                "unencrypted; set OVSERVE_HF_ALLOW_HTTP=true only for a mirror you trust"
+            )
         if not (self.retry_period_s < self.renew_deadline_s < self.lease_duration_s):
             raise ValueError(
                 "leader election needs retry period < renew deadline < lease duration, got "
@@ -185,3 +203,10 @@ def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     kopf_settings.networking.request_timeout = 60
     kopf_settings.networking.connect_timeout = 10
     kopf_settings.execution.max_workers = 16
+    # Only the runtime pods and Deployments stream to the operator: the selector goes to the apiserver
+    # (kopf's `labels=` on the indexes filters client-side, after every Pod of the cluster was sent).
+    from .render import LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
+
+    children = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_OWNER}"
+    kopf_settings.watching.label_selectors["v1", "pods"] = f"{children},{LABEL_COMPONENT}=runtime"
+    kopf_settings.watching.label_selectors["apps", "deployments"] = children

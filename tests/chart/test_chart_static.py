@@ -103,6 +103,11 @@ def test_default_render_is_clusterwide_two_leader_elected_replicas():
     assert env["OVSERVE_GPU_RESOURCE"] == "gpu.intel.com/i915"
     assert env["OVSERVE_GPU_NODE_SELECTOR"] == "intel.feature.node.kubernetes.io/gpu=true"
     assert env["OVSERVE_HEALTH_PORT"] == "8080"
+    # tenant policy: secure by default
+    assert env["OVSERVE_ALLOW_HOSTPATH"] == "false"
+    assert env["OVSERVE_ALLOWED_IMAGES"] == ""
+    assert env["OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH"] == "true"
+    assert "OVSERVE_HF_ENDPOINT" not in env and "OVSERVE_HF_ALLOW_HTTP" not in env
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     # restricted Pod Security Standard, token only for the operator pod
@@ -204,6 +209,8 @@ def test_configurable_images_gpu_and_scope(tmp_path):
                 "supplementalGroups": [44, 110],
             },
             "logLevel": "DEBUG",
+            "policy": {"allowHostPath": True, "allowedImages": ["registry.example/", "r2/x"]},
+            "huggingFace": {"endpoint": "http://hub-mirror.models:8080", "allowHttp": True},
         },
         tmp_path,
     )
@@ -216,6 +223,10 @@ def test_configurable_images_gpu_and_scope(tmp_path):
     assert env["OVSERVE_GPU_NODE_SELECTOR"] == "intel.feature.node.kubernetes.io/gpu=true,kubernetes.io/arch=amd64"
     assert env["OVSERVE_GPU_SUPPLEMENTAL_GROUPS"] == "44,110"
     assert env["OVSERVE_LOG_LEVEL"] == "DEBUG"
+    assert env["OVSERVE_ALLOW_HOSTPATH"] == "true"
+    assert env["OVSERVE_ALLOWED_IMAGES"] == "registry.example/,r2/x"
+    assert env["OVSERVE_HF_ENDPOINT"] == "http://hub-mirror.models:8080"
+    assert env["OVSERVE_HF_ALLOW_HTTP"] == "true"
     digest = "sha256:" + "a" * 64
     dep = one(render({"image": {"repository": "r/o", "digest": digest}}, tmp_path), "Deployment")
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == f"r/o@{digest}"
@@ -250,6 +261,9 @@ BAD_VALUES = [
     ({"watchNamespace": ["typo"]}, "watchNamespace"),
     ({"runtime": {"imagePullPolicy": "Sometimes"}}, "imagePullPolicy"),
     ({"metrics": {"serviceMonitor": {"interval": 30}}}, "interval"),
+    ({"policy": {"allowHostPath": "yes"}}, "allowHostPath"),
+    ({"policy": {"allowedImages": "registry.example/"}}, "allowedImages"),
+    ({"huggingFace": {"endpoint": "hub.example"}}, "endpoint"),
 ]
 
 

@@ -50,6 +50,9 @@ class OperatorProcess:
             "OVSERVE_LEASE_RETRY_PERIOD_SECONDS": "1",
             "OVSERVE_STATUS_INTERVAL_SECONDS": "2",
             "OVSERVE_GPU_NODE_SELECTOR": "",
+            # The tests' fake hubs are plain http, and their models are host directories (tenant policy).
+            "OVSERVE_HF_ALLOW_HTTP": "true",
+            "OVSERVE_ALLOW_HOSTPATH": "true",
             "PYTHONUNBUFFERED": "1",
             **env,
         }

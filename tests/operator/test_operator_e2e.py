@@ -522,7 +522,7 @@ def hf_hub(tiny_models):
 
 def test_huggingface_source_downloads_with_the_token_secret(cluster, start_operator, namespace, project_image, hf_hub):
     cluster.kubectl("create", "secret", "generic", "hf", "-n", namespace, f"--from-literal=token={hf_hub['token']}")
-    op = start_operator("op-hf", OVSERVE_HF_ENDPOINT=hf_hub["endpoint"])
+    op = start_operator("op-hf", OVSERVE_HF_ENDPOINT=hf_hub["endpoint"], OVSERVE_HF_ALLOW_HTTP="true")
     cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader")
     cluster.apply(
         llms("hf", {"model": {"huggingFace": {"repo": "ovserve-test/tiny-llm", "tokenSecretRef": {"name": "hf"}}}}),

@@ -144,3 +144,118 @@ def test_read_reports_over_http():
 
 def test_status_url_ipv6():
     assert readback.status_url(pod("a", ip="fd00::1")) == "http://[fd00::1]:8000/v1/status"
+
+
+def test_hostile_answers_are_readback_errors():
+    """A tenant's image answers /v1/status: a redirect (to a second server that must never be asked), an
+    endless body, a huge declared body, a slow trickle, a compressed body, garbage. Each is an error."""
+    hit_target: list[str] = []
+
+    async def scenario():
+        async def target(request):
+            hit_target.append(request.path)
+            return web.Response(text=CB_READY.model_dump_json())
+
+        async def endless(request):
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            for _ in range(4096):  # 64 MiB unless the reader stops first
+                await resp.write(b"x" * 16384)
+            return resp
+
+        async def trickle(request):
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            for ch in CB_READY.model_dump_json().encode():
+                await resp.write(bytes([ch]))
+                await asyncio.sleep(0.05)
+            return resp
+
+        async def huge_declared(request):
+            return web.Response(body=b"{}", headers={"Content-Length": str(1 << 30)})
+
+        async def gzip(request):
+            return web.Response(body=b"\x1f\x8b", headers={"Content-Encoding": "gzip"})
+
+        servers = {}
+
+        async def serve(handler):
+            app = web.Application()
+            app.router.add_get("/v1/status", handler)
+            app.router.add_get("/elsewhere", handler)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            servers[handler] = runner
+            return site._server.sockets[0].getsockname()[1]
+
+        target_port = await serve(target)
+
+        async def redirect(request):
+            raise web.HTTPFound(f"http://127.0.0.1:{target_port}/elsewhere")
+
+        async def garbage(request):
+            return web.Response(text='{"state": "ready", "pipeline": 7}')
+
+        handlers = {
+            "redirect": redirect,
+            "endless": endless,
+            "trickle": trickle,
+            "huge": huge_declared,
+            "gzip": gzip,
+            "garbage": garbage,
+        }
+        ports = {name: await serve(h) for name, h in handlers.items()}
+        try:
+            readings = {}
+            for name, port in ports.items():
+                got = await readback.read_reports([pod(name, ip="127.0.0.1")], timeout=1.0, port=port)
+                readings[name] = got[name]
+            return readings
+        finally:
+            for runner in servers.values():
+                await runner.cleanup()
+
+    got = asyncio.run(scenario())
+    assert hit_target == []
+    expect = {
+        "redirect": "HTTP 302 (redirects are not followed)",
+        "endless": "body larger than 65536 bytes",
+        "trickle": "no answer in time",
+        "huge": "more than 65536",
+        "gzip": "Content-Encoding 'gzip' refused",
+        "garbage": "ValidationError",
+    }
+    for name, text in expect.items():
+        assert got[name].report is None and text in got[name].error, (name, got[name])
+
+
+def test_reads_are_bounded_in_concurrency():
+    in_flight, peak = 0, 0
+
+    async def scenario():
+        async def status(_request):
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await asyncio.sleep(0.05)
+            in_flight -= 1
+            return web.Response(text=CB_READY.model_dump_json())
+
+        app = web.Application()
+        app.router.add_get("/v1/status", status)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            pods = [pod(f"p{i}", ip="127.0.0.1") for i in range(20)]
+            return await readback.read_reports(pods, timeout=5.0, port=port, concurrency=4)
+        finally:
+            await runner.cleanup()
+
+    got = asyncio.run(scenario())
+    assert all(r.report == CB_READY for r in got.values()) and len(got) == 20
+    assert peak == 4

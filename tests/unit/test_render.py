@@ -139,8 +139,12 @@ def test_huggingface_token_stays_out_of_args_and_logs():
     assert {"name": "model", "mountPath": "/models/llm"} in init["volumeMounts"]  # writable for the download
     assert not any(e["name"] == "HF_TOKEN" for e in container(pod)["env"])  # runtime never sees the token
     assert not any(e["name"] == "HF_ENDPOINT" for e in init["env"])
-    _, _, pod2 = objs({"model": {"huggingFace": {"repo": "org/m"}}}, Settings(hf_endpoint="http://mirror"))
+    assert not any(e["name"] == "OVSERVE_HF_ALLOW_HTTP" for e in init["env"])
+    _, _, pod2 = objs(
+        {"model": {"huggingFace": {"repo": "org/m"}}}, Settings(hf_endpoint="http://mirror", hf_allow_http=True)
+    )
     assert {"name": "HF_ENDPOINT", "value": "http://mirror"} in pod2["initContainers"][0]["env"]
+    assert {"name": "OVSERVE_HF_ALLOW_HTTP", "value": "true"} in pod2["initContainers"][0]["env"]
 
 
 @pytest.mark.parametrize(

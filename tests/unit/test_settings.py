@@ -27,7 +27,14 @@ from ovserve_operator.settings import Settings, configure_kopf, parse_selector
         ({"OVSERVE_GPU_NODE_SELECTOR": ""}, "gpu_node_selector", {}),
         ({"OVSERVE_GPU_NODE_SELECTOR": "a=1, b=2"}, "gpu_node_selector", {"a": "1", "b": "2"}),
         ({"OVSERVE_GPU_SUPPLEMENTAL_GROUPS": "109,992"}, "gpu_supplemental_groups", (109, 992)),
-        ({"OVSERVE_HF_ENDPOINT": "http://mirror:8080/"}, "hf_endpoint", "http://mirror:8080"),
+        ({"OVSERVE_HF_ENDPOINT": "https://mirror:8443/"}, "hf_endpoint", "https://mirror:8443"),
+        (
+            {"OVSERVE_HF_ENDPOINT": "http://mirror:8080/", "OVSERVE_HF_ALLOW_HTTP": "true"},
+            "hf_endpoint",
+            "http://mirror:8080",
+        ),
+        ({}, "hf_allow_http", False),
+        ({"OVSERVE_HF_ALLOW_HTTP": "yes"}, "hf_allow_http", True),
         ({}, "leader_election", True),
         ({"OVSERVE_READBACK_GRACE_SECONDS": "12"}, "readback_grace_s", 12.0),
         ({"OVSERVE_STATUS_HEARTBEAT_SECONDS": "90"}, "status_heartbeat_s", 90.0),
@@ -72,6 +79,8 @@ def test_identity_default_is_hostname_pid():
         ({"OVSERVE_GPU_NODE_SELECTOR": "novalue"}, "key=value"),
         ({"OVSERVE_HEALTH_PORT": "http"}, "OVSERVE_HEALTH_PORT"),
         ({"OVSERVE_HF_ENDPOINT": "mirror"}, "OVSERVE_HF_ENDPOINT"),
+        ({"OVSERVE_HF_ENDPOINT": "http://mirror:8080"}, "OVSERVE_HF_ALLOW_HTTP=true"),
+        ({"OVSERVE_HF_ALLOW_HTTP": "sometimes"}, "OVSERVE_HF_ALLOW_HTTP"),
         ({"OVSERVE_HEALTH_PORT": "70000"}, "out of range"),
         ({"OVSERVE_RUNTIME_IMAGE_PULL_POLICY": "Sometimes"}, "PULL_POLICY"),
         ({"OVSERVE_LEASE_DURATION_SECONDS": "5"}, "renew deadline"),
@@ -99,6 +108,21 @@ def test_configure_kopf():
     assert ks.posting.enabled and ks.posting.level == logging.INFO and ks.posting.loggers is False
     assert ks.posting.reporting_component == "ovserve-operator"
     assert ks.posting.reporting_instance == "op-1"
+
+
+def test_watches_send_label_selectors_to_the_apiserver():
+    from kopf._cogs.structs.references import Resource
+
+    ks = kopf.OperatorSettings()
+    configure_kopf(ks, Settings())
+    selectors = ks.watching.label_selectors
+    pods = Resource("", "v1", "pods", kind="Pod", namespaced=True)
+    deployments = Resource("apps", "v1", "deployments", kind="Deployment", namespaced=True)
+    llms = Resource("ovserve.dev", "v1alpha1", "llmservings", kind="LLMServing", namespaced=True)
+    managed = "app.kubernetes.io/managed-by=ovserve-operator,ovserve.dev/llmserving"
+    assert list(selectors.collect(pods)) == [f"{managed},app.kubernetes.io/component=runtime"]
+    assert list(selectors.collect(deployments)) == [managed]
+    assert list(selectors.collect(llms)) == []
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,49 @@
+"""Tenant policy: which parts of an LLMServing spec the operator's settings allow (pure).
+
+Anyone who may create an LLMServing gets pods created by the operator's ServiceAccount, so the operator,
+not the tenant, decides whether a spec may mount a host directory, pick its own runtime image or pass
+tolerations and affinity through to the scheduler. A denied spec is never rendered with the field
+silently dropped: the operator reports reason PolicyDenied with the messages below, which name the
+setting (and the chart value) that would allow it.
+"""
+
+from __future__ import annotations
+
+from . import spec as api
+from .settings import Settings
+
+
+def image_allowed(image: str, allowed: tuple[str, ...]) -> bool:
+    """`allowed` holds image references or prefixes ending at a path, tag or digest boundary:
+    `registry.example/ovserve` allows `registry.example/ovserve:1.2` and `.../ovserve@sha256:...`, never
+    `registry.example/ovserve-evil`; `*` allows any image."""
+    for a in allowed:
+        if a == "*" or image == a:
+            return True
+        if image.startswith(a) and (a.endswith(("/", ":", "@")) or image[len(a)] in "/:@"):
+            return True
+    return False
+
+
+def violations(spec: api.LLMServingSpec, settings: Settings) -> list[str]:
+    """What the spec asks for that the policy settings deny; empty = allowed."""
+    out: list[str] = []
+    if spec.model.hostPath is not None and not settings.allow_host_path:
+        out.append(
+            "spec.model.hostPath is denied: mounting host directories is off "
+            "(operator setting OVSERVE_ALLOW_HOSTPATH, chart value policy.allowHostPath)"
+        )
+    if spec.image and spec.image != settings.runtime_image and not image_allowed(spec.image, settings.allowed_images):
+        allowed = ", ".join(settings.allowed_images) or "none"
+        out.append(
+            f"spec.image {spec.image} is denied: allowed runtime image overrides: {allowed} "
+            "(operator setting OVSERVE_ALLOWED_IMAGES, chart value policy.allowedImages)"
+        )
+    if not settings.allow_scheduling_passthrough:
+        fields = [name for name in ("tolerations", "affinity") if getattr(spec, name)]
+        if fields:
+            out.append(
+                f"spec.{' and spec.'.join(fields)} denied: scheduling pass-through is off "
+                "(operator setting OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH, chart value policy.allowSchedulingPassThrough)"
+            )
+    return out
