@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from . import autoscaling_io, podview, readback, render, status, statusqueue
+from . import autoscaling_io, ownership, podview, policy, readback, reasons, render, status, statusqueue
 from . import spec as api
 from .health import HealthState
 from .kube import Kube, error_status, error_text, is_refusal
@@ -208,17 +208,26 @@ def _forget(key: statusqueue.Key) -> None:
 
 
 class ApplyRefused(Exception):
-    """The apiserver refused a child (4xx): retrying the same body cannot help."""
+    """The children were not applied and retrying the same spec cannot help soon: the apiserver refused one
+    (4xx, ApplyFailed), the tenant policy denies the spec (PolicyDenied) or a name is taken (NameConflict)."""
 
-    def __init__(self, target: str, code: int, message: str) -> None:
-        super().__init__(f"{target}: HTTP {code}: {message}")
-        self.target, self.code, self.message = target, code, message
+    def __init__(self, target: str, code: int, message: str, reason: str = reasons.APPLY_FAILED) -> None:
+        super().__init__(f"{target}: HTTP {code}: {message}" if reason == reasons.APPLY_FAILED else message)
+        self.target, self.code, self.message, self.reason = target, code, message, reason
 
 
 def _apply_children(name: str, namespace: str, uid: str, spec: api.LLMServingSpec) -> list[str]:
     kube = _kube()
+    if denied := policy.violations(spec, CTX.settings):
+        raise ApplyRefused("spec", 0, "; ".join(denied), reasons.POLICY_DENIED)
+    objs = render.render(name, namespace, uid, spec, CTX.settings)
+    for obj in objs:  # all checked before any is written: no half-applied takeover
+        meta = obj["metadata"]
+        existing = kube.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        if why := ownership.conflict(existing, uid):
+            raise ApplyRefused(f"{obj['kind']}/{meta['name']}", 409, why, reasons.NAME_CONFLICT)
     applied = []
-    for obj in render.render(name, namespace, uid, spec, CTX.settings):
+    for obj in objs:
         target = f"{obj['kind']}/{obj['metadata']['name']}"
         try:
             kube.apply(obj)
@@ -239,7 +248,7 @@ async def apply_children(
     try:
         applied = await asyncio.to_thread(_apply_children, name, namespace, uid, spec)
     except ApplyRefused as e:
-        memory.apply_error = ApplyError(generation, e.code, e.target, e.message)
+        memory.apply_error = ApplyError(generation, e.code, e.target, e.message, e.reason)
         raise
     finally:
         memory.applied_at = time.monotonic()
@@ -266,7 +275,7 @@ async def reconcile(
     except ApplyRefused as e:
         CTX.health.inc("ovserve_operator_apply_errors_total")
         _mark(namespace, name)  # the status says so at once; a webhook or quota may change: retry slowly
-        raise kopf.TemporaryError(f"the apiserver refused {e}", delay=REFUSED_RETRY_S) from e
+        raise kopf.TemporaryError(f"{e.reason}: {e}", delay=REFUSED_RETRY_S) from e
     except Exception as e:
         CTX.health.inc("ovserve_operator_apply_errors_total")
         raise kopf.TemporaryError(f"applying children failed: {error_text(e)}", delay=5) from e

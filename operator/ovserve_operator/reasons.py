@@ -59,6 +59,18 @@ APPLY_FAILED = _r(
     FAILED,
     "the apiserver refused a child (4xx: invalid field, webhook, quota): its message, at that generation",
 )
+POLICY_DENIED = _r(
+    "PolicyDenied",
+    "Ready",
+    FAILED,
+    "the operator's tenant policy denies part of the spec (hostPath, image, scheduling): the setting is named",
+)
+NAME_CONFLICT = _r(
+    "NameConflict",
+    "Ready",
+    FAILED,
+    "an object of a child's name exists and is not controlled by this LLMServing: left alone, named",
+)
 FAILED_CREATE = _r(
     "FailedCreate", "Ready", FAILED, "the Deployment cannot create pods (admission, quota): the Deployment's message"
 )

@@ -70,12 +70,14 @@ class PodFacts:
 
 @dataclasses.dataclass(frozen=True)
 class ApplyError:
-    """The apiserver refused a child (4xx) while applying `generation`."""
+    """Applying `generation` did not happen: the apiserver refused a child (4xx, ApplyFailed), the tenant
+    policy denied the spec (PolicyDenied), or a child's name is taken by a foreign object (NameConflict)."""
 
     generation: int | None
     code: int
     target: str  # e.g. Deployment/name
     message: str
+    reason: str = R.APPLY_FAILED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +180,8 @@ def apply_refused(f: Facts) -> Finding | None:
     e = f.apply_error
     if e is None or e.generation != f.generation:
         return None
+    if e.reason != R.APPLY_FAILED:  # the operator's own refusal: its message names the cause
+        return e.reason, e.message
     return R.APPLY_FAILED, f"the apiserver refused {e.target} (HTTP {e.code}): {e.message}"
 
 

@@ -155,6 +155,8 @@ def release(cluster, project_image, spaces, tmp_path_factory):
             {"name": "OVSERVE_STATUS_INTERVAL_SECONDS", "value": "2"},
         ],
         "metrics": {"service": {"enabled": True}},
+        # the hostPath examples run in the dev namespace (Pod Security privileged): allowed on purpose
+        "policy": {"allowHostPath": True},
     }
     vf = values_file(tmp_path_factory.mktemp("values"), values)
     t0 = time.monotonic()

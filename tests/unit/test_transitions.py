@@ -358,6 +358,38 @@ TRANSITIONS = {
             row={"PHASE": "Ready", "REASON": "AllReplicasReady"},
         ),
     ],
+    "policy-denied-hostpath": [
+        Step(
+            [],
+            generation=1,
+            apply_error=ApplyError(
+                1,
+                0,
+                "spec",
+                "spec.model.hostPath is denied: ... (operator setting OVSERVE_ALLOW_HOSTPATH)",
+                "PolicyDenied",
+            ),
+            row={"PHASE": "Failed", "REASON": "PolicyDenied", "READY": "0/1", "RESOLVED": "", "FALLBACK": ""},
+            events=[("Warning", "PolicyDenied")],
+            message_has=("OVSERVE_ALLOW_HOSTPATH",),
+        ),
+    ],
+    "name-conflict-with-a-foreign-service": [
+        Step(
+            [],
+            generation=1,
+            apply_error=ApplyError(
+                1,
+                409,
+                "Service/llm",
+                "Service ns/llm already exists and is not controlled by this LLMServing",
+                "NameConflict",
+            ),
+            row={"PHASE": "Failed", "REASON": "NameConflict", "READY": "0/1"},
+            events=[("Warning", "NameConflict")],
+            message_has=("Service ns/llm already exists",),
+        ),
+    ],
     "readback-grace-then-persistent-failure": [
         Step([pod("a")], {"a": CB_READY}, row={"PHASE": "Ready"}),
         Step(  # within the grace: the remembered report
