@@ -6,8 +6,10 @@ Moved out of the kopf glue so that it can be tested alone: the clock and the ind
 - `Memory`: per-object state between cycles: the last status written, when children were last applied,
   the last refused apply, the readback grace of its pods, their mount-failure Events.
 - `needs_patch`: write when the status changed, or when `computedAt` is older than the heartbeat.
-- `StatusController`: the loop: take what is due, refresh it (bounded concurrency), sleep until the
-  next due time or a wake-up.
+- `StatusController`: the loop: take what is due, start its refresh (bounded concurrency, each refresh
+  time-boxed), sleep until the next due time or a wake-up. A pass never waits for the refreshes it
+  started, so the heartbeat (`on_cycle`) tells that the loop runs, not how slow the slowest pod answers;
+  an object whose refresh is still running is not started twice (a mark meanwhile refreshes it after).
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ class StatusController:
     """Refresh dirty LLMServings at once and every one at least every `queue.interval` seconds.
 
     `index` maps a key to its snapshots (a kopf index, or a dict in tests); `refresh(key, snapshot)`
-    does one object's cycle; `on_gone(key)` is told about deleted objects; `on_cycle()` after each pass.
+    does one object's cycle (at most `refresh_timeout_s`); `on_gone(key)` is told about deleted objects;
+    `on_cycle(count)` after each pass.
     """
 
     def __init__(
@@ -153,11 +156,15 @@ class StatusController:
         on_error: Callable[[Key, BaseException], None] = lambda _k, _e: None,
         concurrency: int = 16,
         coalesce_s: float = 0.2,
+        refresh_timeout_s: float = 60.0,
     ) -> None:
         self.queue, self.index, self.refresh = queue, index, refresh
         self.on_gone, self.on_cycle, self.on_error = on_gone, on_cycle, on_error
         self.sem = asyncio.Semaphore(concurrency)
         self.coalesce_s = coalesce_s
+        self.refresh_timeout_s = refresh_timeout_s
+        self.in_flight: dict[Key, asyncio.Task] = {}
+        self._again: set[Key] = set()  # due or marked while in flight: refresh once more when done
 
     async def _one(self, key: Key) -> None:
         async with self.sem:
@@ -165,23 +172,44 @@ class StatusController:
             if not snaps:
                 return
             try:
-                await self.refresh(key, snaps[0])
+                await asyncio.wait_for(self.refresh(key, snaps[0]), self.refresh_timeout_s)
             except asyncio.CancelledError:
                 raise
+            except TimeoutError:
+                self.on_error(key, TimeoutError(f"status refresh took more than {self.refresh_timeout_s:g} s"))
             except Exception as e:
                 self.on_error(key, e)
 
+    def _done(self, key: Key) -> None:
+        self.in_flight.pop(key, None)
+        if key in self._again:
+            self._again.discard(key)
+            self.queue.mark(key)
+
     async def cycle(self) -> list[Key]:
-        """One pass: refresh what is dirty or due. Returns the keys refreshed."""
+        """One pass: start the refresh of what is dirty or due. Returns the keys started."""
         self.queue.wake.clear()
         present = {k for k in self.queue.active if k in self.index}
         todo, gone = self.queue.take(present)
         for k in gone:
             self.on_gone(k)
-        if todo:
-            await asyncio.gather(*(self._one(k) for k in todo))
+        started = []
+        for k in todo:
+            if k in self.in_flight:
+                self._again.add(k)
+                continue
+            task = asyncio.create_task(self._one(k), name=f"status {k[0]}/{k[1]}")
+            task.add_done_callback(lambda _t, k=k: self._done(k))
+            self.in_flight[k] = task
+            started.append(k)
+        await asyncio.sleep(0)  # let the new refreshes start before the heartbeat
         self.on_cycle(len(present))
-        return todo
+        return started
+
+    async def drain(self) -> None:
+        """Until every started refresh has finished (tests, shutdown)."""
+        while self.in_flight:
+            await asyncio.gather(*list(self.in_flight.values()), return_exceptions=True)
 
     async def sleep(self) -> None:
         """Until the next due time, or a wake-up (then a short pause that coalesces a burst)."""
@@ -195,6 +223,8 @@ class StatusController:
                 await self.cycle()
                 await self.sleep()
             except asyncio.CancelledError:
+                for task in self.in_flight.values():
+                    task.cancel()
                 raise
             except Exception:  # never let one bad cycle stop the controller
                 log.exception("status controller cycle failed")

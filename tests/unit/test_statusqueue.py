@@ -132,14 +132,70 @@ def test_controller_cycle_refreshes_due_and_survives_errors():
         q.activate(A)
         q.activate(B)
         assert await c.cycle() == [A, B]
+        await c.drain()
         assert seen == [(A, "a"), (B, "b")] and errors == [(B, "boom")] and counts == [2]
         # nothing due: nothing refreshed; a mark wakes the sleeper at once
         assert await c.cycle() == []
         q.mark(A)
         await asyncio.wait_for(c.sleep(), 1.0)
         assert await c.cycle() == [A]
+        await c.drain()
         del index[B]
         await c.cycle()
         assert gone == [B]
+
+    asyncio.run(scenario())
+
+
+async def settle() -> None:
+    """Let started refreshes (and their done callbacks) run: a few loop iterations."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_a_slow_refresh_never_holds_the_loop_or_runs_twice():
+    """A pod that never answers makes its object's refresh slow: the passes (and so the heartbeat) go on,
+    other objects are refreshed, the slow one is not started again while running, and a mark that came
+    meanwhile refreshes it once more when it finishes. A refresh past its time box is an error."""
+
+    async def scenario():
+        clock = FakeClock()
+        q = sq.WorkQueue(5.0, clock)
+        index = {A: [{"n": "a"}], B: [{"n": "b"}]}
+        release = asyncio.Event()
+        started: list = []
+        errors: list = []
+        beats: list[int] = []
+
+        async def refresh(key, _snap):
+            started.append(key)
+            if key == A:
+                await release.wait()
+
+        c = sq.StatusController(
+            q, index, refresh, on_cycle=beats.append, on_error=lambda k, e: errors.append((k, str(e))), coalesce_s=0
+        )
+        q.activate(A)
+        q.activate(B)
+        assert await c.cycle() == [A, B]
+        for _ in range(3):  # A hangs; B is due again every interval; every pass beats
+            await settle()
+            clock.t += 5.0
+            assert await c.cycle() == [B]
+        await settle()
+        assert started.count(A) == 1 and started.count(B) == 4 and len(beats) == 4
+        release.set()
+        await settle()
+        assert A not in c.in_flight and q.wake.is_set()  # it was due meanwhile: marked again
+        assert await c.cycle() == [A]
+        await c.drain()
+        # a refresh beyond its time box is reported, and the key is free again
+        release.clear()
+        c.refresh_timeout_s = 0.05
+        q.mark(A)
+        assert await c.cycle() == [A]
+        await c.drain()
+        assert errors and errors[-1][0] == A and "more than 0.05 s" in errors[-1][1]
+        assert not c.in_flight
 
     asyncio.run(scenario())
