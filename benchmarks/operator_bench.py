@@ -12,6 +12,12 @@ never start (a node selector that matches no node), so the figures are the opera
               pod status read back and aggregated)
 
 and the operator's RSS (VmRSS / VmHWM from /proc) before and after. Prints a table and one JSON line.
+
+`--silent N` makes the first N objects run a pod of the hostile stand-in runtime (hack/standin, built by
+`hack/images.sh standin`) that accepts /v1/status and never answers: every status read of those objects
+waits out its deadline. They settle at Ready reason ReadbackFailed. /healthz is polled every 0.5 s meanwhile:
+the bench prints the largest heartbeat age seen and whether it ever answered 503 (it must not: the status
+loop's heartbeat must reflect the loop, not the slowest pod). One node runs at most ~100 such pods.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -110,10 +117,13 @@ def main() -> int:
         default=os.environ.get("KUBECONFIG")
         or str(Path(os.environ.get("OVSERVE_CLUSTER_DIR", "/tmp/ovserve-cluster")) / "pki" / "admin.kubeconfig"),
     )
+    ap.add_argument("--silent", type=int, default=0, help="objects whose runtime pod never answers /v1/status")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--keep", action="store_true", help="keep the namespace")
     args = ap.parse_args()
 
+    if args.silent:  # built on the host network, before entering the cluster's namespace
+        subprocess.run(["bash", str(ROOT / "hack" / "images.sh"), "standin"], check=True, stdout=subprocess.DEVNULL)
     if args.netns and Path(f"/var/run/netns/{args.netns}").exists():
         enter_netns(args.netns)
     os.environ["KUBECONFIG"] = args.kubeconfig
@@ -134,6 +144,8 @@ def main() -> int:
         "OVSERVE_HEALTH_PORT": str(port),
         "POD_NAME": "bench",
         "OVSERVE_LOG_LEVEL": "WARNING",
+        "OVSERVE_ALLOW_HOSTPATH": "true",
+        "OVSERVE_ALLOWED_IMAGES": "localhost/ovserve-standin",
     }
     op = subprocess.Popen(
         [sys.executable, "-m", "ovserve_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
@@ -152,14 +164,38 @@ def main() -> int:
         time.sleep(1)
         result["rss_idle_kib"] = rss_kib(op.pid)["VmRSS"]
 
+        health = {"max_age_s": 0.0, "non_200": 0, "samples": 0}
+        polling = threading.Event()
+
+        def poll_health() -> None:
+            while not polling.wait(0.5):
+                health["samples"] += 1
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                        age = float(json.loads(r.read()).get("heartbeatAgeSeconds", 0))
+                        health["max_age_s"] = max(health["max_age_s"], age)
+                except OSError:
+                    health["non_200"] += 1
+
+        threading.Thread(target=poll_health, daemon=True).start()
+        pending = {
+            "model": {"huggingFace": {"repo": "ovserve-bench/never-downloaded"}},
+            "nodeSelector": {"ovserve.dev/bench-nowhere": "true"},
+        }
         items = [
             {
                 "apiVersion": "ovserve.dev/v1alpha1",
                 "kind": "LLMServing",
                 "metadata": {"name": f"bench-{i:04d}"},
-                "spec": {
-                    "model": {"huggingFace": {"repo": "ovserve-bench/never-downloaded"}},
-                    "nodeSelector": {"ovserve.dev/bench-nowhere": "true"},
+                "spec": pending
+                if i >= args.silent
+                else {
+                    "model": {
+                        "hostPath": {"path": "/var/cache/ovserve/models/tiny-llm"},
+                        "servedName": f"bench-{i:04d}-silent",
+                    },
+                    "image": "localhost/ovserve-standin:1",
+                    "resources": {"requests": {"cpu": "1m", "memory": "16Mi"}},
                 },
             }
             for i in range(args.count)
@@ -196,7 +232,7 @@ def main() -> int:
                     created = dt.datetime.strptime(o["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
                     lag[name] = time.time() - created.replace(tzinfo=dt.UTC).timestamp()
                 ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
-                if ready.get("reason") == "Unschedulable":
+                if ready.get("reason") in ("Unschedulable", "ReadbackFailed"):
                     settled.setdefault(name, now)
             time.sleep(0.5)
         result["observed"] = len(observed)
@@ -223,6 +259,11 @@ def main() -> int:
         cpu = Path(f"/proc/{op.pid}/stat").read_text().split()
         ticks = os.sysconf("SC_CLK_TCK")
         result["operator_cpu_s"] = round((int(cpu[13]) + int(cpu[14])) / ticks, 1)
+        polling.set()
+        result["silent"] = args.silent
+        result["healthz_max_heartbeat_age_s"] = round(health["max_age_s"], 1)
+        result["healthz_non_200"] = health["non_200"]
+        result["healthz_samples"] = health["samples"]
     finally:
         op.send_signal(signal.SIGTERM)
         try:
@@ -243,7 +284,12 @@ def main() -> int:
         f"p95 {result['create_to_observed_p95_s']} s, max {result['create_to_observed_max_s']} s "
         "(per object, 1 s resolution, includes the 0.5 s polling)"
     )
-    print(f"all settled (Unschedulable)  {result['all_settled_s']} s (p50 {result['settled_p50_s']} s)")
+    print(f"all settled                  {result['all_settled_s']} s (p50 {result['settled_p50_s']} s)")
+    print(
+        f"silent runtime pods          {result['silent']}: /healthz max heartbeat age "
+        f"{result['healthz_max_heartbeat_age_s']} s, non-200 answers {result['healthz_non_200']} "
+        f"of {result['healthz_samples']} polls"
+    )
     print(
         f"operator RSS idle / after    {result['rss_idle_kib'] // 1024} MiB / "
         f"{result['rss_after_kib'] // 1024} MiB "
