@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from typing import Any
 
@@ -26,7 +27,8 @@ def load_config() -> Any:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # KUBECONFIG read now: the client's own default is read once, when `kubernetes` is first imported.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
     return client.ApiClient()
 
 
