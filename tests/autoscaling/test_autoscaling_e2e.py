@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from tests.autoscaling.conftest import PROMETHEUS, prom_query
+from tests.operator.conftest import service_account_kubeconfig
 from tests.operator.test_operator_e2e import condition, llms, pvc_model, row, status
 
 pytestmark = [pytest.mark.cluster]
@@ -290,8 +291,6 @@ def test_keda_discovery_on_the_real_apiserver(cluster, addons):
 
 def test_operator_works_with_the_charts_autoscaling_rbac(cluster, start_operator, namespace, tmp_path, addons):
     """The chart's ClusterRole with autoscaling.enabled (rendered by helm) is all the operator needs."""
-    import yaml
-
     from tests.chart.helpers import one, render
 
     chart_role = one(render({"autoscaling": {"enabled": True}}, tmp_path), "ClusterRole")
@@ -299,38 +298,7 @@ def test_operator_works_with_the_charts_autoscaling_rbac(cluster, start_operator
         *chart_role["rules"],
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]  # the test's own Lease
-    role = f"ovserve-as-rbac-{namespace}"[:63]
-    cluster.apply(
-        [
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator", "namespace": namespace}},
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": role},
-                "rules": rules,
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": role},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}],
-            },
-        ]
-    )
-    try:
-        token = cluster.kubectl("create", "token", "operator", "-n", namespace, "--duration=1h").stdout.strip()
-        admin = yaml.safe_load(cluster.kubeconfig.read_text())
-        kc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": admin["clusters"],
-            "users": [{"name": "operator", "user": {"token": token}}],
-            "contexts": [{"name": "op", "context": {"cluster": admin["clusters"][0]["name"], "user": "operator"}}],
-            "current-context": "op",
-        }
-        path = tmp_path / "operator.kubeconfig"
-        path.write_text(yaml.safe_dump(kc))
+    with service_account_kubeconfig(cluster, namespace, rules, tmp_path / "operator.kubeconfig") as path:
         op = start_operator("op-as-rbac", KUBECONFIG=str(path), OVSERVE_PROMETHEUS_URL=addons)
         cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader with the SA's rights")
         unstarted = {"huggingFace": {"repo": "ovserve-test/never-downloaded"}}
@@ -348,5 +316,3 @@ def test_operator_works_with_the_charts_autoscaling_rbac(cluster, start_operator
         assert cluster.get("deployment", "plain", namespace) and not cluster.get("scaledobject", "plain", namespace)
         logs = op.logs()
         assert "403" not in logs and "Forbidden" not in logs, logs[-4000:]
-    finally:
-        cluster.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)

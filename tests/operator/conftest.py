@@ -7,6 +7,7 @@ namespace and electing its leader on a Lease of its own, so tests never see each
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,45 @@ def operator(start_operator) -> Iterable[OperatorProcess]:
     else:
         pytest.fail(f"operator did not become leader:\n{p.logs()}", pytrace=False)
     yield p
+
+
+@contextlib.contextmanager
+def service_account_kubeconfig(cluster, namespace: str, rules: list[dict], path: Path) -> Iterator[Path]:
+    """A ServiceAccount bound to a ClusterRole of exactly `rules`, and a kubeconfig with its token at `path`
+    (for running an operator with nothing but those rights). The ClusterRole and binding go afterwards."""
+    import yaml
+
+    role = f"ovserve-rbac-test-{namespace}"[:63]
+    cluster.apply(
+        [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator", "namespace": namespace}},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": role},
+                "rules": rules,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}],
+            },
+        ]
+    )
+    try:
+        token = cluster.kubectl("create", "token", "operator", "-n", namespace, "--duration=1h").stdout.strip()
+        admin = yaml.safe_load(cluster.kubeconfig.read_text())
+        kc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": admin["clusters"],
+            "users": [{"name": "operator", "user": {"token": token}}],
+            "contexts": [{"name": "op", "context": {"cluster": admin["clusters"][0]["name"], "user": "operator"}}],
+            "current-context": "op",
+        }
+        path.write_text(yaml.safe_dump(kc))
+        yield path
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)

@@ -15,6 +15,8 @@ import pytest
 
 from tests.fakehub import fake_hub
 
+from .conftest import service_account_kubeconfig
+
 pytestmark = [pytest.mark.cluster]
 
 NOWHERE = {"ovserve.dev/test-nowhere": "true"}  # no node has it: pods stay Pending
@@ -448,46 +450,7 @@ OPERATOR_RULES = [
 
 
 def test_operator_works_with_exactly_the_documented_rbac(cluster, crd, start_operator, namespace, tmp_path):
-    import yaml
-
-    role = f"ovserve-operator-test-{namespace}"[:63]
-    cluster.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": {"name": "operator", "namespace": namespace},
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": role},
-                "rules": OPERATOR_RULES,
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": role},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}],
-            },
-        ]
-    )
-    try:
-        token = cluster.kubectl("create", "token", "operator", "-n", namespace, "--duration=1h").stdout.strip()
-        admin = yaml.safe_load(cluster.kubeconfig.read_text())
-        kc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": admin["clusters"],
-            "users": [{"name": "operator", "user": {"token": token}}],
-            "contexts": [
-                {"name": "operator", "context": {"cluster": admin["clusters"][0]["name"], "user": "operator"}}
-            ],
-            "current-context": "operator",
-        }
-        path = tmp_path / "operator.kubeconfig"
-        path.write_text(yaml.safe_dump(kc))
+    with service_account_kubeconfig(cluster, namespace, OPERATOR_RULES, tmp_path / "operator.kubeconfig") as path:
         op = start_operator("op-rbac", KUBECONFIG=str(path))
         cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader with the SA's rights")
         cluster.apply(llms("rbac", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
@@ -502,8 +465,6 @@ def test_operator_works_with_exactly_the_documented_rbac(cluster, crd, start_ope
         cluster.wait_for(lambda: cluster.get("deployment", "rbac", namespace)["spec"]["replicas"] == 0, 60, "scaled")
         logs = op.logs()
         assert "403" not in logs and "Forbidden" not in logs, logs[-4000:]
-    finally:
-        cluster.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)
 
 
 # --------------------------------------------------------------------------- Hugging Face source (fake hub)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 
 import pytest
@@ -114,27 +115,34 @@ def test_is_running(p, running):
     assert podview.is_running(p) is running
 
 
+@contextlib.asynccontextmanager
+async def serve(handler, *paths: str):
+    """A loopback aiohttp server answering GET on `paths` (default /v1/status) with `handler`; yields its port."""
+    app = web.Application()
+    for path in paths or ("/v1/status",):
+        app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]
+    finally:
+        await runner.cleanup()
+
+
 def test_read_reports_over_http():
     async def scenario():
         async def status(_request):
             return web.Response(text=CB_READY.model_dump_json(), content_type="application/json")
 
-        app = web.Application()
-        app.router.add_get("/v1/status", status)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        try:
+        async with serve(status) as port:
             pods = [
                 pod("up", ip="127.0.0.1"),
                 pod("down", ip="127.0.0.2"),  # nothing listens: error, no report
                 pod("crashed", waiting=("CrashLoopBackOff", ""), last_terminated_message=REFUSED.to_line()),
             ]
             return await readback.read_reports(pods, timeout=1.0, port=port)
-        finally:
-            await runner.cleanup()
 
     got = asyncio.run(scenario())
     assert got["up"].report == CB_READY and got["up"].source == "http"
@@ -177,20 +185,8 @@ def test_hostile_answers_are_readback_errors():
         async def gzip(request):
             return web.Response(body=b"\x1f\x8b", headers={"Content-Encoding": "gzip"})
 
-        servers = {}
-
-        async def serve(handler):
-            app = web.Application()
-            app.router.add_get("/v1/status", handler)
-            app.router.add_get("/elsewhere", handler)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            servers[handler] = runner
-            return site._server.sockets[0].getsockname()[1]
-
-        target_port = await serve(target)
+        stack = contextlib.AsyncExitStack()
+        target_port = await stack.enter_async_context(serve(target, "/v1/status", "/elsewhere"))
 
         async def redirect(request):
             raise web.HTTPFound(f"http://127.0.0.1:{target_port}/elsewhere")
@@ -206,16 +202,13 @@ def test_hostile_answers_are_readback_errors():
             "gzip": gzip,
             "garbage": garbage,
         }
-        ports = {name: await serve(h) for name, h in handlers.items()}
-        try:
+        async with stack:
+            ports = {name: await stack.enter_async_context(serve(h)) for name, h in handlers.items()}
             readings = {}
             for name, port in ports.items():
                 got = await readback.read_reports([pod(name, ip="127.0.0.1")], timeout=1.0, port=port)
                 readings[name] = got[name]
             return readings
-        finally:
-            for runner in servers.values():
-                await runner.cleanup()
 
     got = asyncio.run(scenario())
     assert hit_target == []
@@ -243,18 +236,9 @@ def test_reads_are_bounded_in_concurrency():
             in_flight -= 1
             return web.Response(text=CB_READY.model_dump_json())
 
-        app = web.Application()
-        app.router.add_get("/v1/status", status)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        try:
+        async with serve(status) as port:
             pods = [pod(f"p{i}", ip="127.0.0.1") for i in range(20)]
             return await readback.read_reports(pods, timeout=5.0, port=port, concurrency=4)
-        finally:
-            await runner.cleanup()
 
     got = asyncio.run(scenario())
     assert all(r.report == CB_READY for r in got.values()) and len(got) == 20
