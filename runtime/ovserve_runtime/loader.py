@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import resolve
+from .detok import TokenTable
 from .engine import (
     CBEngine,
     Engine,
@@ -126,4 +127,5 @@ def _prove(engine: Engine, report: PipelineReport, requested: PipelineType) -> E
         msg = resolve.load_failed_message(str(exc))
         raise LoadFailure(resolve.failed_report(requested, Reason.MODEL_LOAD_FAILED, msg)) from exc
     log.info("smoke generation ok in %.0f ms (%s)", (time.perf_counter() - t) * 1000, report.resolved)
+    engine.token_table = TokenTable.build(engine.tokenizer)
     return engine
