@@ -358,6 +358,7 @@ class CBEngine(Engine):
         return self._dirty
 
     def _yield_to_loop(self) -> None:
+        """Before the first step of a burst: let the rest of the burst arrive (one prefill step for all)."""
         self._flush()
 
     def _run(self) -> None:
@@ -390,7 +391,7 @@ class CBEngine(Engine):
                 self._collect()
                 if not self._active and not pipe.has_non_finished_requests():
                     self._dirty = False
-                self._yield_to_loop()
+                self._flush()
             now = time.monotonic()
             if now - self._metrics_at > 0.2:
                 self._metrics_at = now
