@@ -272,9 +272,15 @@ class ProcessCBEngine(Engine):
             while True:
                 msg = self._conn.recv()
                 if msg[0] == "step":
-                    self._stats = msg[2]
-                    self._dispatch(msg[1])
-                elif msg[0] == "fatal":
+                    events = msg[1]
+                    # the engine ran ahead of this process: take every step already sent in one callback
+                    while msg[0] == "step" and self._conn.poll():
+                        msg = self._conn.recv()
+                        if msg[0] == "step":
+                            events = events + msg[1]
+                    self._stats = msg[2] if msg[0] == "step" else self._stats
+                    self._dispatch(events)
+                if msg[0] == "fatal":
                     reason = msg[1]
                     break
         except (EOFError, OSError):

@@ -466,6 +466,13 @@ class App:
         while True:
             kind, value = pending.pop() if pending else await greq.events.get()
             if kind == "tokens":
+                # tokens that queued up while this handler waited go out in one chunk
+                while not greq.events.empty():
+                    nxt = greq.events.get_nowait()
+                    if nxt[0] != "tokens":
+                        pending.append(nxt)
+                        break
+                    value = value + nxt[1]
                 delta = detok.add(value)
                 if delta:
                     await resp.write(text_chunk(delta))
