@@ -144,13 +144,14 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, model: str, ptype: str, threads: int) -> None:
+    def __init__(self, model: str, ptype: str, threads: int, extra: list[str] | None = None) -> None:
         port = _free_port()
         cmd = [sys.executable, "-m", "ovserve_runtime", "--model-path", model, "--pipeline-type", ptype]
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--inference-threads", str(threads)]
         cmd += ["--cache-size-gb", str(SCHED["cache_size"]), "--max-num-seqs", str(SCHED["max_num_seqs"])]
         cmd += ["--max-num-batched-tokens", str(SCHED["max_num_batched_tokens"]), "--dynamic-split-fuse"]
         cmd += ["--served-name", "bench", "--termination-log", os.devnull, "--log-level", "WARNING"]
+        cmd += extra or []
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.time() + 600
@@ -278,7 +279,7 @@ def bench_model(model: str, a) -> dict:
     out: dict = {"model": model, "cb": {}, "legacy": {}}
     print(f"== {model}: loading raw CB and the LM_CB server", file=sys.stderr)
     raw = RawCB(model, a.threads)
-    srv = Server(model, "LM_CB", a.threads)
+    srv = Server(model, "LM_CB", a.threads, a.server_args.split())
     try:
 
         async def paired() -> None:
@@ -377,6 +378,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="paired raw/HTTP repetitions per stream count")
     ap.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS for every pipeline")
     ap.add_argument("--client", choices=["lean", "openai"], default="lean")
+    ap.add_argument("--server-args", default="", help="extra ovserve-runtime flags, e.g. --no-engine-process")
     ap.add_argument("--json", action="store_true", help="also print one RESULT json line per model")
     a = ap.parse_args()
     print(
