@@ -171,10 +171,12 @@ class Server:
     def rss_mb(self) -> tuple[float, float]:
         """VmRSS and VmHWM of the server and its children (an engine process, if any), in MB."""
         pids = [self.proc.pid]
-        try:
-            pids += [int(p) for p in Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()]
-        except OSError:
-            pass
+        for d in Path("/proc").iterdir():  # children of any of its threads
+            try:
+                if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pids[0]:
+                    pids.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
         rss = hwm = 0.0
         for pid in pids:
             try:
