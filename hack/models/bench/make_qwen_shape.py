@@ -36,9 +36,7 @@ def corpus(words: int, seed: int = 0):
     rnd = random.Random(seed)
     alphabet = string.ascii_lowercase + string.ascii_uppercase + string.digits + "éàüößç"
     for _ in range(words // 16):
-        yield " ".join(
-            "".join(rnd.choice(alphabet) for _ in range(rnd.randint(2, 9))) for _ in range(16)
-        )
+        yield " ".join("".join(rnd.choice(alphabet) for _ in range(rnd.randint(2, 9))) for _ in range(16))
 
 
 def build_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
