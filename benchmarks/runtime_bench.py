@@ -1,16 +1,23 @@
-"""Benchmark: ovserve-runtime over HTTP vs the raw ContinuousBatchingPipeline, and CB vs legacy.
+"""Benchmark: ovserve-runtime over HTTP vs the raw ContinuousBatchingPipeline, CB vs legacy, and RSS.
 
-Not a timed test. Everything runs one after another in this process (the HTTP servers as subprocesses),
-so figures are comparable within one run:
-  raw CB      ContinuousBatchingPipeline, N requests added at t0, add_request/step loop
-  http CB     ovserve-runtime (AUTO -> LM_CB), N concurrent streaming /v3/completions (openai client)
-  raw legacy  LLMPipeline(ATTENTION_BACKEND=SDPA), N requests one after another
-  http legacy ovserve-runtime --pipeline-type LM, N concurrent streaming requests (serialized inside)
-TTFT = from submitting all N requests to each request's first token (mean over requests; the HTTP side
-measures the first SSE chunk at the client). Greedy, ignore_eos, max_tokens tokens each.
+Not a timed test: it prints figures and ratios measured in one run. Per model:
+  raw CB      ContinuousBatchingPipeline in this process, N requests added at t0, add_request/step loop
+  http CB     ovserve-runtime (LM_CB) as a subprocess, N concurrent streaming /v3/completions
+  raw legacy  LLMPipeline(ATTENTION_BACKEND=SDPA), N requests one after another   (--legacy-streams)
+  http legacy ovserve-runtime --pipeline-type LM, N concurrent streaming requests  (serialized inside)
+Raw and HTTP runs alternate (paired, `--reps` times) so that load from other work on the machine hits
+both sides alike; the table shows medians, and the spread of the paired HTTP/raw ratio is the noise.
+TTFT = from submitting all N requests to each request's first token (HTTP: the first SSE chunk at the
+client); TPOT = (last token - first token) / (tokens - 1) per request; p50/p99 over all requests of all
+reps. Greedy, ignore_eos, --max-tokens tokens each. RSS: the serving process's VmRSS/VmHWM at the end.
 
-usage: .venv/bin/python benchmarks/runtime_bench.py [--model DIR] [--streams 1,8,16] [--max-tokens 64]
-       (default model: $OVSERVE_MODELS/tiny-bench from `hack/models/build.sh bench`, else tiny-llm)
+The default client is a lean aiohttp SSE reader (the client shares the CPU with the server, and the
+openai client's per-chunk parsing would dominate on small models); `--client openai` uses the openai client.
+
+usage: .venv/bin/python benchmarks/runtime_bench.py [--models tiny-llm,tiny-bench,bench-qwen]
+         [--streams 1,16,64] [--legacy-streams 16,64 | --legacy-streams ''] [--max-tokens 64] [--reps 3]
+       models are names under $OVSERVE_MODELS (/var/cache/ovserve/models) or paths; missing ones are skipped
+       (tiny-bench: `hack/models/build.sh bench`, bench-qwen: `hack/models/bench-qwen.sh`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-SCHED = {"cache_size": 1, "max_num_seqs": 16, "max_num_batched_tokens": 256, "dynamic_split_fuse": True}
+SCHED = {"cache_size": 1, "max_num_seqs": 64, "max_num_batched_tokens": 256, "dynamic_split_fuse": True}
 
 
 def prompts(n: int) -> list[str]:
@@ -42,91 +49,92 @@ def gen_config(g, max_new: int):
     return c
 
 
-def raw_cb(model: str, ns: list[int], max_new: int, reps: int, threads: int) -> dict:
-    import openvino_genai as g
-
-    s = g.SchedulerConfig()
-    for k, v in SCHED.items():
-        setattr(s, k, v)
-    pipe = g.ContinuousBatchingPipeline(model, s, "CPU", {"INFERENCE_NUM_THREADS": threads})
-    tok = pipe.get_tokenizer()
-    pipe.generate(["warmup"], [gen_config(g, 4)])
-    out, rid = {}, 0
-    for n in ns:
-        walls, ttfts, toks = [], [], []
-        ids = [tok.encode(p).input_ids for p in prompts(n)]
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            handles = []
-            for x in ids:
-                handles.append(pipe.add_request(rid, x, gen_config(g, max_new)))
-                rid += 1
-            first, count = [None] * n, 0
-            while pipe.has_non_finished_requests():
-                pipe.step()
-                now = time.perf_counter()
-                for i, h in enumerate(handles):
-                    if h.can_read():
-                        k = sum(len(o.generated_ids) for o in h.read().values())
-                        count += k
-                        if k and first[i] is None:
-                            first[i] = now - t0
-            walls.append(time.perf_counter() - t0)
-            ttfts.append(st.mean(first))
-            toks.append(count)
-        out[n] = _summary(walls, ttfts, toks)
-    del pipe
-    return out
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q / 100 * (len(xs) - 1)))] if xs else float("nan")
 
 
-def raw_legacy(model: str, ns: list[int], max_new: int, reps: int, threads: int) -> dict:
+class Run:
+    """One measured batch of N concurrent requests."""
+
+    def __init__(self, wall: float, tokens: int, ttfts: list[float], tpots: list[float]) -> None:
+        self.wall, self.tokens, self.ttfts, self.tpots = wall, tokens, ttfts, tpots
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.wall
+
+
+class RawCB:
+    def __init__(self, model: str, threads: int) -> None:
+        import openvino_genai as g
+
+        self.g = g
+        s = g.SchedulerConfig()
+        for k, v in SCHED.items():
+            setattr(s, k, v)
+        self.pipe = g.ContinuousBatchingPipeline(model, s, "CPU", {"INFERENCE_NUM_THREADS": threads})
+        self.tok = self.pipe.get_tokenizer()
+        self.rid = 0
+        self.pipe.generate(["warmup"], [gen_config(g, 4)])
+
+    def run(self, n: int, max_new: int) -> Run:
+        g, pipe = self.g, self.pipe
+        ids = [self.tok.encode(p).input_ids for p in prompts(n)]
+        t0 = time.perf_counter()
+        handles = []
+        for x in ids:
+            handles.append(pipe.add_request(self.rid, x, gen_config(g, max_new)))
+            self.rid += 1
+        first, last, count = [None] * n, [0.0] * n, [0] * n
+        while pipe.has_non_finished_requests():
+            pipe.step()
+            now = time.perf_counter()
+            for i, h in enumerate(handles):
+                if h.can_read():
+                    k = sum(len(o.generated_ids) for o in h.read().values())
+                    if k:
+                        count[i] += k
+                        last[i] = now
+                        if first[i] is None:
+                            first[i] = now
+        wall = time.perf_counter() - t0
+        return _run(wall, t0, first, last, count)
+
+
+def _run(wall, t0, first, last, count) -> Run:
+    ttfts = [f - t0 for f in first if f is not None]
+    tpots = [(la - f) / (c - 1) for f, la, c in zip(first, last, count, strict=True) if f is not None and c > 1]
+    return Run(wall, sum(count), ttfts, tpots)
+
+
+def raw_legacy(model: str, n: int, max_new: int, threads: int) -> Run:
     import openvino_genai as g
 
     pipe = g.LLMPipeline(model, "CPU", ATTENTION_BACKEND="SDPA", INFERENCE_NUM_THREADS=threads)
     tok = pipe.get_tokenizer()
     pipe.generate(tok.encode("warmup").input_ids, gen_config(g, 4))
-    out = {}
-    for n in ns:
-        walls, ttfts, toks = [], [], []
-        ids = [tok.encode(p).input_ids for p in prompts(n)]
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            first, count = [], [0]
-            for x in ids:
-                pipe.generate(x, gen_config(g, max_new), _Streamer(g, first, count, t0))
-            walls.append(time.perf_counter() - t0)
-            ttfts.append(st.mean(first))
-            toks.append(count[0])
-        out[n] = _summary(walls, ttfts, toks)
+    ids = [tok.encode(p).input_ids for p in prompts(n)]
+    first, last, count = [None] * n, [0.0] * n, [0] * n
+    t0 = time.perf_counter()
+    for i, x in enumerate(ids):
+
+        class S(g.StreamerBase):
+            def write(self, token, i=i):
+                now = time.perf_counter()
+                if first[i] is None:
+                    first[i] = now
+                last[i] = now
+                count[i] += 1 if isinstance(token, int) else len(token)
+                return g.StreamingStatus.RUNNING
+
+            def end(self):
+                pass
+
+        pipe.generate(x, gen_config(g, max_new), S())
+    wall = time.perf_counter() - t0
     del pipe
-    return out
-
-
-def _Streamer(g, first: list, count: list, t0: float):
-    class S(g.StreamerBase):
-        seen = False
-
-        def write(self, token):
-            if not self.seen:
-                self.seen = True
-                first.append(time.perf_counter() - t0)
-            count[0] += 1 if isinstance(token, int) else len(token)
-            return g.StreamingStatus.RUNNING
-
-        def end(self):
-            pass
-
-    return S()
-
-
-def _summary(walls, ttfts, toks) -> dict:
-    best = min(range(len(walls)), key=walls.__getitem__)
-    return {
-        "wall_s": round(walls[best], 3),
-        "tok_s": round(toks[best] / walls[best], 1),
-        "ttft_ms": round(st.median(ttfts) * 1000, 1),
-        "tokens": toks[best],
-    }
+    return _run(wall, t0, first, last, count)
 
 
 def _free_port() -> int:
@@ -135,143 +143,262 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, ptype: str, threads: int) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "ovserve_runtime",
-        "--model-path",
-        model,
-        "--pipeline-type",
-        ptype,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--inference-threads",
-        str(threads),
-        "--cache-size-gb",
-        str(SCHED["cache_size"]),
-        "--max-num-seqs",
-        str(SCHED["max_num_seqs"]),
-        "--max-num-batched-tokens",
-        str(SCHED["max_num_batched_tokens"]),
-        "--dynamic-split-fuse",
-        "--served-name",
-        "bench",
-        "--termination-log",
-        os.devnull,
-        "--log-level",
-        "WARNING",
-    ]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+class Server:
+    def __init__(self, model: str, ptype: str, threads: int, extra: list[str] | None = None) -> None:
+        port = _free_port()
+        cmd = [sys.executable, "-m", "ovserve_runtime", "--model-path", model, "--pipeline-type", ptype]
+        cmd += ["--host", "127.0.0.1", "--port", str(port), "--inference-threads", str(threads)]
+        cmd += ["--cache-size-gb", str(SCHED["cache_size"]), "--max-num-seqs", str(SCHED["max_num_seqs"])]
+        cmd += ["--max-num-batched-tokens", str(SCHED["max_num_batched_tokens"]), "--dynamic-split-fuse"]
+        cmd += ["--served-name", "bench", "--termination-log", os.devnull, "--log-level", "WARNING"]
+        cmd += extra or []
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited {self.proc.returncode}: {self.proc.stderr.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.proc.kill()
+        raise SystemExit("server not ready")
+
+    def rss_mb(self) -> tuple[float, float]:
+        """VmRSS and VmHWM of the server and its children (an engine process, if any), in MB."""
+        pids = [self.proc.pid]
+        for d in Path("/proc").iterdir():  # children of any of its threads
+            try:
+                if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pids[0]:
+                    pids.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
+        rss = hwm = 0.0
+        for pid in pids:
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        rss += int(line.split()[1]) / 1024
+                    elif line.startswith("VmHWM:"):
+                        hwm += int(line.split()[1]) / 1024
+            except OSError:
+                pass
+        return rss, hwm
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+class HttpClient:
+    def __init__(self, url: str, kind: str) -> None:
+        self.url, self.kind = url, kind
+
+    async def __aenter__(self):
+        if self.kind == "openai":
+            import openai
+
+            self.c = openai.AsyncOpenAI(base_url=self.url + "/v3", api_key="x", max_retries=0, timeout=600)
+        else:
+            import aiohttp
+
+            self.c = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600)
+            )
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.c.close()
+
+    async def one(self, prompt: str, max_new: int) -> tuple[float | None, float, int]:
+        """(first chunk time, last chunk time, completion tokens)."""
+        first, last, n = None, 0.0, 0
+        if self.kind == "openai":
+            stream = await self.c.completions.create(
+                model="bench",
+                prompt=prompt,
+                max_tokens=max_new,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True},
+            )
+            async for ch in stream:
+                if ch.choices and ch.choices[0].text:
+                    last = time.perf_counter()
+                    first = first or last
+                if ch.usage:
+                    n = ch.usage.completion_tokens
+            return first, last, n
+        body = {
+            "model": "bench",
+            "prompt": prompt,
+            "max_tokens": max_new,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        }
+        async with self.c.post(self.url + "/v3/completions", json=body) as r:
+            r.raise_for_status()
+            async for line in r.content:
+                if not line.startswith(b"data: {"):
+                    continue
+                if b'"usage": {' in line or b'"usage":{' in line:
+                    n = json.loads(line[6:])["usage"]["completion_tokens"]
+                elif b'"text": ""' not in line and b'"text":""' not in line:
+                    last = time.perf_counter()
+                    first = first or last
+        return first, last, n
+
+    async def run(self, n: int, max_new: int) -> Run:
+        t0 = time.perf_counter()
+        res = await asyncio.gather(*(self.one(p, max_new) for p in prompts(n)))
+        wall = time.perf_counter() - t0
+        # tokens per chunk may exceed one (a step's tokens): TPOT uses the usage count
+        return _run(wall, t0, [r[0] for r in res], [r[1] for r in res], [r[2] for r in res])
+
+
+def summarize(runs: list[Run]) -> dict:
+    return {
+        "tok_s": st.median(r.tok_s for r in runs),
+        "ttft_mean_ms": st.median(st.mean(r.ttfts) for r in runs) * 1000,
+        "ttft_p50_ms": pct([x for r in runs for x in r.ttfts], 50) * 1000,
+        "ttft_p99_ms": pct([x for r in runs for x in r.ttfts], 99) * 1000,
+        "tpot_p50_ms": pct([x for r in runs for x in r.tpots], 50) * 1000,
+        "tpot_p99_ms": pct([x for r in runs for x in r.tpots], 99) * 1000,
+        "tokens": [r.tokens for r in runs],
+    }
+
+
+def bench_model(model: str, a) -> dict:
+    ns = [int(x) for x in a.streams.split(",") if x]
+    lns = [int(x) for x in a.legacy_streams.split(",") if x]
+    out: dict = {"model": model, "cb": {}, "legacy": {}}
+    print(f"== {model}: loading raw CB and the LM_CB server", file=sys.stderr)
+    raw = RawCB(model, a.threads)
+    srv = Server(model, "LM_CB", a.threads, a.server_args.split())
+    try:
+
+        async def paired() -> None:
+            async with HttpClient(srv.url, a.client) as c:
+                await c.run(1, 4)  # warmup
+                pairs: dict[int, list[tuple[Run, Run]]] = {n: [] for n in ns}
+                for rep in range(a.reps):
+                    for n in ns:
+                        r = raw.run(n, a.max_tokens)
+                        h = await c.run(n, a.max_tokens)
+                        pairs[n].append((r, h))
+                        print(
+                            f"  rep {rep} N={n}: raw {r.tok_s:.0f} tok/s, http {h.tok_s:.0f} tok/s "
+                            f"({h.tok_s / r.tok_s:.2f})",
+                            file=sys.stderr,
+                        )
+                for n, ps in pairs.items():
+                    ratios = [h.tok_s / r.tok_s for r, h in ps]
+                    ttft_ratios = [st.mean(h.ttfts) / st.mean(r.ttfts) for r, h in ps]
+                    out["cb"][n] = {
+                        "raw": summarize([r for r, _ in ps]),
+                        "http": summarize([h for _, h in ps]),
+                        "ratio_median": st.median(ratios),
+                        "ratio_min": min(ratios),
+                        "ratio_max": max(ratios),
+                        "ttft_ratio_median": st.median(ttft_ratios),
+                    }
+
+        asyncio.run(paired())
+        out["rss_mb"], out["hwm_mb"] = srv.rss_mb()
+    finally:
+        srv.stop()
+    raw = None  # free the raw pipeline before the legacy runs
+    if lns:
+        print(f"== {model}: legacy (LM) server and raw LLMPipeline", file=sys.stderr)
+        srv = Server(model, "LM", a.threads)
         try:
-            with urllib.request.urlopen(url + "/v2/health/ready", timeout=2) as r:
-                if r.status == 200:
-                    with urllib.request.urlopen(url + "/v1/status", timeout=2) as s:
-                        print(f"  server {ptype}: {json.loads(s.read())['pipeline']}", file=sys.stderr)
-                    return proc, url
-        except OSError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("server not ready")
 
+            async def leg() -> dict:
+                async with HttpClient(srv.url, a.client) as c:
+                    await c.run(1, 4)
+                    return {n: summarize([await c.run(n, a.max_tokens)]) for n in lns}
 
-def http_bench(url: str, ns: list[int], max_new: int, reps: int) -> dict:
-    import openai
-
-    async def one(c, prompt: str, t0: float):
-        first, n = None, 0
-        stream = await c.completions.create(
-            model="bench",
-            prompt=prompt,
-            max_tokens=max_new,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True},
-        )
-        async for ch in stream:
-            if ch.choices and first is None:
-                first = time.perf_counter() - t0
-            if ch.usage:
-                n = ch.usage.completion_tokens
-        return first, n
-
-    async def run():
-        c = openai.AsyncOpenAI(base_url=url + "/v3", api_key="x", max_retries=0, timeout=600)
-        try:
-            await one(c, "warmup", time.perf_counter())
-            out = {}
-            for n in ns:
-                walls, ttfts, toks = [], [], []
-                for _ in range(reps):
-                    t0 = time.perf_counter()
-                    res = await asyncio.gather(*(one(c, p, t0) for p in prompts(n)))
-                    walls.append(time.perf_counter() - t0)
-                    ttfts.append(st.mean(r[0] for r in res))
-                    toks.append(sum(r[1] for r in res))
-                out[n] = _summary(walls, ttfts, toks)
-            return out
+            http_leg = asyncio.run(leg())
         finally:
-            await c.close()
+            srv.stop()
+        for n in lns:
+            out["legacy"][n] = {"raw": summarize([raw_legacy(model, n, a.max_tokens, a.threads)]), "http": http_leg[n]}
+    return out
 
-    return asyncio.run(run())
+
+def print_tables(res: dict, max_tokens: int) -> None:
+    name = Path(res["model"]).name
+    print(f"\n### {name}: raw ContinuousBatchingPipeline vs ovserve HTTP (medians of paired runs)")
+    print(f"runtime RSS {res['rss_mb']:.0f} MB (peak {res['hwm_mb']:.0f} MB)\n")
+    print(
+        "| streams | raw tok/s | HTTP tok/s | HTTP/raw (min-max) | mean TTFT raw -> HTTP ms (ratio) "
+        "| TTFT p50/p99 raw | TTFT p50/p99 HTTP | TPOT p50/p99 raw | TPOT p50/p99 HTTP |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, d in res["cb"].items():
+        r, h = d["raw"], d["http"]
+        print(
+            f"| {n} | {r['tok_s']:.0f} | {h['tok_s']:.0f} | {d['ratio_median']:.2f} "
+            f"({d['ratio_min']:.2f}-{d['ratio_max']:.2f}) | {r['ttft_mean_ms']:.1f} -> {h['ttft_mean_ms']:.1f} "
+            f"({d['ttft_ratio_median']:.2f}x) | {r['ttft_p50_ms']:.1f}/{r['ttft_p99_ms']:.1f} "
+            f"| {h['ttft_p50_ms']:.1f}/{h['ttft_p99_ms']:.1f} | {r['tpot_p50_ms']:.2f}/{r['tpot_p99_ms']:.2f} "
+            f"| {h['tpot_p50_ms']:.2f}/{h['tpot_p99_ms']:.2f} |"
+        )
+        for side in ("raw", "http"):
+            bad = [t for t in d[side]["tokens"] if t != int(n) * max_tokens]
+            if bad:
+                print(f"WARNING {side} N={n}: {bad} tokens, expected {int(n) * max_tokens}", file=sys.stderr)
+    if res["legacy"]:
+        print(f"\n### {name}: CB vs legacy (single runs)\n")
+        print(
+            "| streams | raw CB tok/s | raw legacy tok/s | CB/legacy raw | HTTP CB tok/s | HTTP legacy tok/s "
+            "| CB/legacy HTTP |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for n, d in res["legacy"].items():
+            cb = res["cb"].get(n)
+            rc = cb["raw"]["tok_s"] if cb else float("nan")
+            hc = cb["http"]["tok_s"] if cb else float("nan")
+            rl, hl = d["raw"]["tok_s"], d["http"]["tok_s"]
+            print(f"| {n} | {rc:.0f} | {rl:.0f} | {rc / rl:.1f}x | {hc:.0f} | {hl:.0f} | {hc / hl:.1f}x |")
 
 
 def main() -> None:
     models = Path(os.environ.get("OVSERVE_MODELS", "/var/cache/ovserve/models"))
-    default = models / "tiny-bench" if (models / "tiny-bench").is_dir() else models / "tiny-llm"
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=str(default))
-    ap.add_argument("--streams", default="1,8,16")
+    ap.add_argument("--models", default="tiny-llm,tiny-bench,bench-qwen")
+    ap.add_argument("--streams", default="1,16,64")
+    ap.add_argument("--legacy-streams", default="16,64", help="'' skips the legacy comparison")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3, help="paired raw/HTTP repetitions per stream count")
     ap.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS for every pipeline")
-    ap.add_argument("--json", action="store_true", help="also print one RESULT json line")
+    ap.add_argument("--client", choices=["lean", "openai"], default="lean")
+    ap.add_argument("--server-args", default="", help="extra ovserve-runtime flags, e.g. --no-engine-process")
+    ap.add_argument("--json", action="store_true", help="also print one RESULT json line per model")
     a = ap.parse_args()
-    ns = [int(x) for x in a.streams.split(",")]
-    print(f"model {a.model}, max_tokens {a.max_tokens}, best of {a.reps}, threads {a.threads}", file=sys.stderr)
-    res: dict[str, dict] = {}
-    print("raw CB ...", file=sys.stderr)
-    res["raw_cb"] = raw_cb(a.model, ns, a.max_tokens, a.reps, a.threads)
-    for ptype, key in (("LM_CB", "http_cb"), ("LM", "http_legacy")):
-        print(f"http {ptype} ...", file=sys.stderr)
-        proc, url = start_server(a.model, ptype, a.threads)
-        try:
-            res[key] = http_bench(url, ns, a.max_tokens, a.reps)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-    print("raw legacy ...", file=sys.stderr)
-    res["raw_legacy"] = raw_legacy(a.model, ns, a.max_tokens, a.reps, a.threads)
-
     print(
-        f"\n{'N':>3} | {'raw CB tok/s':>12} {'TTFT ms':>8} | {'http CB tok/s':>13} {'TTFT ms':>8} | "
-        f"{'http/raw':>8} | {'raw legacy tok/s':>16} {'TTFT ms':>8} | "
-        f"{'http legacy tok/s':>17} {'TTFT ms':>8} | "
-        f"{'CB/legacy raw':>13} {'CB/legacy http':>14}"
+        f"max_tokens {a.max_tokens}, {a.reps} paired reps, threads {a.threads}, client {a.client}, "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus",
+        file=sys.stderr,
     )
-    for n in ns:
-        rc, hc, rl, hl = (res[k][n] for k in ("raw_cb", "http_cb", "raw_legacy", "http_legacy"))
-        print(
-            f"{n:>3} | {rc['tok_s']:>12} {rc['ttft_ms']:>8} | {hc['tok_s']:>13} {hc['ttft_ms']:>8} | "
-            f"{hc['tok_s'] / rc['tok_s']:>8.2f} | {rl['tok_s']:>16} {rl['ttft_ms']:>8} | {hl['tok_s']:>17} "
-            f"{hl['ttft_ms']:>8} | {rc['tok_s'] / rl['tok_s']:>12.1f}x {hc['tok_s'] / hl['tok_s']:>13.1f}x"
-        )
-    for k, v in res.items():
-        for n, d in v.items():
-            if d["tokens"] != n * a.max_tokens:
-                print(f"WARNING {k} N={n}: {d['tokens']} tokens, expected {n * a.max_tokens}", file=sys.stderr)
-    if a.json:
-        print("RESULT " + json.dumps({"model": a.model, "max_tokens": a.max_tokens, "results": res}))
+    for m in a.models.split(","):
+        path = Path(m) if "/" in m else models / m
+        if not (path / "openvino_model.xml").is_file():
+            print(f"skipping {m}: no model at {path}", file=sys.stderr)
+            continue
+        res = bench_model(str(path), a)
+        print_tables(res, a.max_tokens)
+        if a.json:
+            print("RESULT " + json.dumps(res))
+        sys.stdout.flush()
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}", file=sys.stderr)
 
 
 if __name__ == "__main__":

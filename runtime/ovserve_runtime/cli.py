@@ -141,6 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         "choice) [OVSERVE_KV_CACHE_PRECISION]",
     )
 
+    s.add_argument(
+        "--engine-process",
+        action=argparse.BooleanOptionalAction,
+        default=_env_bool("engine_process") is not False,
+        help="run a text model's ContinuousBatchingPipeline in an engine-core child process, so that "
+        "HTTP work overlaps inference (default: on; off: a thread in this process) [OVSERVE_ENGINE_PROCESS]",
+    )
+
     h = p.add_argument_group("server")
     h.add_argument("--host", default=env_default("host", "0.0.0.0"), help="listen address [OVSERVE_HOST]")
     h.add_argument("--port", type=int, default=env_default("port", 8000, int), help="listen port [OVSERVE_PORT]")
@@ -247,6 +255,7 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
         pipeline_type=requested,
         device=args.device,
         properties=props,
+        engine_process=args.engine_process,
         scheduler=SchedulerOptions(
             cache_size_gb=args.cache_size_gb,
             max_num_seqs=args.max_num_seqs,

@@ -2,7 +2,8 @@
 (stateful, SDPA) LLMPipeline/VLMPipeline serialized behind a worker thread.
 
 Only the engine's own thread touches the pipeline. Requests carry an asyncio queue; the engine pushes
-events into it with loop.call_soon_threadsafe:
+events into it on the event loop (the CB engine: one loop callback per step carrying every request's
+events, not one per token per request):
     ("tokens", [ids...])   new generated token ids
     ("done", finish_reason) "stop" | "length"
     ("error", message)      the request failed (the engine may still be healthy)
@@ -76,11 +77,15 @@ class GenRequest:
     generated: int = 0
     finish_reason_raw: Any = None  # the last GenerationFinishReason the CB pipeline reported
 
-    def emit(self, kind: str, value: Any) -> None:
+    def record(self, kind: str) -> None:
+        """Bookkeeping done on the engine thread when an event is produced."""
         if kind != "tokens":
             self.finished = True
         elif self.first_token_at is None:
             self.first_token_at = time.monotonic()
+
+    def emit(self, kind: str, value: Any) -> None:
+        self.record(kind)
         if self.loop is not None and self.events is not None:
             try:
                 self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
@@ -112,6 +117,7 @@ class Engine:
         self.kind = kind  # the resolved PipelineType
         self.is_vlm = kind in (PipelineType.VLM, PipelineType.VLM_CB)
         self.tokenizer = pipeline.get_tokenizer()
+        self.token_table = None  # detok.TokenTable, built by the loader
         self.fatal: str | None = None
         self.on_fatal: Callable[[str], None] | None = None
         self._ids = itertools.count(1)
@@ -248,6 +254,7 @@ class CBEngine(Engine):
         self._metrics = None
         self._metrics_at = 0.0
         self._dirty = False  # cancelled requests not yet dropped by a step
+        self._out: list[tuple[GenRequest, str, Any]] = []  # this step's events, delivered in one callback
 
     def base_config(self):
         return self._base
@@ -272,7 +279,7 @@ class CBEngine(Engine):
                 return
             if req.cancelled:
                 self._dropped_waiting()
-                req.emit("done", "cancelled")
+                self._emit(req, "done", "cancelled")
                 continue
             try:
                 if self.is_vlm:
@@ -281,7 +288,7 @@ class CBEngine(Engine):
                     handle = self.pipeline.add_request(req.id, req.input_ids, req.config)
             except Exception as exc:  # a bad request must not leak a slot or stop the loop
                 self._dropped_waiting()
-                req.emit("error", str(exc).strip())
+                self._emit(req, "error", str(exc).strip())
                 continue
             self._started()
             self._active[req.id] = (req, handle)
@@ -296,7 +303,7 @@ class CBEngine(Engine):
                 self._dirty = True
                 del self._active[rid]
                 self._ended()
-                req.emit("done", "cancelled")
+                self._emit(req, "done", "cancelled")
                 continue
             if h.can_read():
                 outs = h.read()
@@ -306,34 +313,53 @@ class CBEngine(Engine):
                     req.finish_reason_raw = out.finish_reason
                 if ids:
                     req.generated += len(ids)
-                    req.emit("tokens", ids)
+                    self._emit(req, "tokens", ids)
             status = h.get_status()
             if status == g.GenerationStatus.IGNORED:
                 del self._active[rid]
                 self._ended()
-                req.emit("error", "the request was ignored by the scheduler (prompt does not fit the KV cache)")
+                self._emit(req, "error", "the request was ignored by the scheduler (prompt does not fit the KV cache)")
             elif status in done_states and not h.can_read():
                 del self._active[rid]
                 self._ended()
-                req.emit("done", _finish_reason(req.finish_reason_raw, req.generated, req.max_new_tokens))
+                self._emit(req, "done", _finish_reason(req.finish_reason_raw, req.generated, req.max_new_tokens))
+
+    def _emit(self, req: GenRequest, kind: str, value: Any) -> None:
+        if req.loop is None or req.events is None:
+            req.emit(kind, value)  # not served by the event loop (the smoke probe)
+            return
+        req.record(kind)
+        self._out.append((req, kind, value))
+
+    def _flush(self) -> None:
+        """Hand this step's events to the event loop in one callback, then give the loop two iterations
+        (ContinuousBatchingPipeline.step() holds the GIL in openvino-genai 2026.4, so the loop only runs
+        between steps): the handlers write their chunks and new requests are parsed before the next step.
+        Bounded, so that a busy loop cannot stall generation."""
+        out, self._out = self._out, []
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            for req, kind, value in out:  # no server loop attached (tests drive the engine directly)
+                req.loop.call_soon_threadsafe(req.events.put_nowait, (kind, value))
+            time.sleep(0)
+            return
+        if any(req.loop is not loop for req, _k, _v in out):  # requests from another loop: one by one
+            for req, kind, value in out:
+                req.loop.call_soon_threadsafe(req.events.put_nowait, (kind, value))
+            out = []
+        ev = threading.Event()
+        try:
+            loop.call_soon_threadsafe(_deliver, loop, out, ev)
+        except RuntimeError:  # the loop is closed: server shutting down
+            return
+        ev.wait(0.05)
 
     def _pending_work(self) -> bool:
         return self._dirty
 
     def _yield_to_loop(self) -> None:
-        """ContinuousBatchingPipeline.step() holds the GIL (openvino-genai 2026.4), so the event loop only
-        runs between steps. Give it two full iterations (tokens written out, new requests parsed) before
-        the next step, bounded so that a busy loop cannot stall generation."""
-        loop = self.loop
-        if loop is None or loop.is_closed():
-            time.sleep(0)
-            return
-        ev = threading.Event()
-        try:
-            loop.call_soon_threadsafe(loop.call_soon, ev.set)
-        except RuntimeError:
-            return
-        ev.wait(0.05)
+        """Before the first step of a burst: let the rest of the burst arrive (one prefill step for all)."""
+        self._flush()
 
     def _run(self) -> None:
         pipe = self.pipeline
@@ -348,6 +374,8 @@ class CBEngine(Engine):
                 # so that they are prefilled in the same step
                 self._yield_to_loop()
                 self._admit()
+            if self._out and not self._active:
+                self._flush()  # refused or cancelled before starting: nothing will step for them
             # also step with nothing active: a cancelled request's KV blocks are released by a step
             if self._active or self._pending_work():
                 if pipe.has_non_finished_requests():
@@ -356,13 +384,14 @@ class CBEngine(Engine):
                     except Exception as exc:
                         msg = f"{type(exc).__name__}: {str(exc).strip()}"
                         for req, _h in self._active.values():
-                            req.emit("error", msg)
+                            self._emit(req, "error", msg)
                         self._active.clear()
+                        self._flush()
                         raise
                 self._collect()
                 if not self._active and not pipe.has_non_finished_requests():
                     self._dirty = False
-                self._yield_to_loop()
+                self._flush()
             now = time.monotonic()
             if now - self._metrics_at > 0.2:
                 self._metrics_at = now
@@ -370,6 +399,13 @@ class CBEngine(Engine):
                     self._metrics = pipe.get_metrics()
                 except Exception:  # metrics are best effort
                     self._metrics = None
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, out: list, ev: threading.Event) -> None:
+    """On the event loop: one step's events into their requests' queues."""
+    for req, kind, value in out:
+        req.events.put_nowait((kind, value))
+    loop.call_soon(ev.set)
 
 
 class LegacyEngine(Engine):

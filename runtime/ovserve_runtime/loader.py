@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import resolve
+from .detok import TokenTable
 from .engine import (
     CBEngine,
     Engine,
@@ -37,6 +38,8 @@ class LoadOptions:
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     properties: dict[str, Any] = field(default_factory=dict)  # e.g. INFERENCE_NUM_THREADS
     structural_check: bool = True
+    # text CB models: the pipeline in an engine-core child process (engine_core.py), not a thread here
+    engine_process: bool = True
 
 
 def available_devices() -> list[str]:
@@ -86,7 +89,16 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
             error = None
             t = time.perf_counter()
             try:
-                pipe = construct_cb(opts.model_path, opts.device, opts.scheduler, opts.properties)
+                if opts.engine_process and p.cb_type == PipelineType.LM_CB:
+                    from .engine_core import ProcessCBEngine
+
+                    engine: Engine = ProcessCBEngine(
+                        opts.model_path, opts.device, opts.scheduler, opts.properties, p.cb_type
+                    )
+                else:
+                    engine = CBEngine(
+                        construct_cb(opts.model_path, opts.device, opts.scheduler, opts.properties), p.cb_type
+                    )
             except Exception as exc:
                 error = str(exc).strip()
                 log.info("ContinuousBatchingPipeline construction failed: %s", error)
@@ -94,7 +106,6 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
                     log.warning("structural check predicted CB support, construction disagreed")
             else:
                 log.info("ContinuousBatchingPipeline constructed in %.2fs", time.perf_counter() - t)
-                engine = CBEngine(pipe, p.cb_type)
                 report = resolve.cb_report(p)
                 return _prove(engine, report, requested), report, layout
         decision = resolve.after_cb_failure(p, error)
@@ -126,4 +137,5 @@ def _prove(engine: Engine, report: PipelineReport, requested: PipelineType) -> E
         msg = resolve.load_failed_message(str(exc))
         raise LoadFailure(resolve.failed_report(requested, Reason.MODEL_LOAD_FAILED, msg)) from exc
     log.info("smoke generation ok in %.0f ms (%s)", (time.perf_counter() - t) * 1000, report.resolved)
+    engine.token_table = TokenTable.build(engine.tokenizer)
     return engine

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .detok import Detokenizer
 from .metrics import Metrics
 from .report import Reason, RuntimeReport, State
 
@@ -45,37 +46,6 @@ class ApiError(Exception):
     def response(self) -> web.Response:
         body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
         return web.json_response(body, status=self.status)
-
-
-class Detokenizer:
-    """Incremental detokenization: decode all ids, emit the new suffix.
-
-    A text ending in U+FFFD may be a multi-byte character split across byte-level tokens: hold it back
-    for up to 4 tokens (the longest UTF-8 sequence); after that the replacement character is final.
-    """
-
-    HOLD = 4
-
-    def __init__(self, tokenizer) -> None:
-        self.tok = tokenizer
-        self.ids: list[int] = []
-        self.sent = 0
-        self.held = 0
-
-    def add(self, ids: list[int]) -> str:
-        self.ids.extend(ids)
-        text = self.tok.decode(self.ids)
-        if text.endswith("\ufffd") and self.held < self.HOLD:
-            self.held += len(ids)
-            return ""
-        self.held = 0
-        delta, self.sent = text[self.sent :], len(text)
-        return delta
-
-    def flush(self) -> str:
-        text = self.tok.decode(self.ids) if self.ids else ""
-        delta, self.sent = text[self.sent :], len(text)
-        return delta
 
 
 def _num(
@@ -405,7 +375,7 @@ class App:
                 return
 
     async def _collect(self, greq, rid: str, chat: bool, prompt_tokens: int) -> web.Response:
-        detok = Detokenizer(self.engine.tokenizer)
+        detok = Detokenizer(self.engine.tokenizer)  # one decode at the end: no table needed
         finish = "stop"
         async for kind, value in self._events(greq):
             if kind == "tokens":
@@ -469,6 +439,13 @@ class App:
                 payload["usage"] = None
             return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
+        # the per-token chunk is the same bytes around the text: build them once per request
+        marker = "\u0000ovserve-text\u0000"
+        head, tail_ = chunk(marker, None).split(json.dumps(marker).encode())
+
+        def text_chunk(text: str) -> bytes:
+            return head + json.dumps(text).encode() + tail_
+
         # wait for the first event before committing to a 200 (an immediate failure stays a clean error)
         first_event = await greq.events.get()
         if first_event[0] == "error":
@@ -481,7 +458,7 @@ class App:
             }
         )
         await resp.prepare(request)
-        detok = Detokenizer(self.engine.tokenizer)
+        detok = Detokenizer(self.engine.tokenizer, self.engine.token_table)
         if chat:
             await resp.write(chunk("", None, first=True))
         finish = "stop"
@@ -489,9 +466,16 @@ class App:
         while True:
             kind, value = pending.pop() if pending else await greq.events.get()
             if kind == "tokens":
+                # tokens that queued up while this handler waited go out in one chunk
+                while not greq.events.empty():
+                    nxt = greq.events.get_nowait()
+                    if nxt[0] != "tokens":
+                        pending.append(nxt)
+                        break
+                    value = value + nxt[1]
                 delta = detok.add(value)
                 if delta:
-                    await resp.write(chunk(delta, None))
+                    await resp.write(text_chunk(delta))
                 continue
             if kind == "error":
                 err = {

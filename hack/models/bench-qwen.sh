@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Opt-in benchmark model, never built by `make models` or the tests:
+#   hack/models/bench-qwen.sh      -> ${OVSERVE_MODELS:-/var/cache/ovserve/models}/bench-qwen
+# Qwen2.5-0.5B shape (896 hidden, 24 layers, 14/2 heads, 4864 inter, 151936 vocab), random weights, a
+# locally trained ~151k BPE tokenizer, int8 weights (~0.5 GB IR). No model hub. Needs the exporter venv
+# that build.sh creates (run `hack/models/build.sh` once first); peak memory ~6 GB, a few minutes.
+# Kept apart from build.sh so that it does not change the stamps of the default test models.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
+. "$root/hack/versions.env"
+MODELS=${OVSERVE_MODELS:-/var/cache/ovserve/models}
+VENV=${OVSERVE_EXPORT_VENV:-$OVSERVE_CACHE/venv-export}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+name=bench-qwen
+key=$(cat "$here/bench-qwen.sh" "$here"/bench/*.py "$here/requirements-export.txt" | sha256sum | cut -c1-16)
+if [ "$(cat "$MODELS/$name/.ovserve-stamp" 2>/dev/null)" = "$key" ]; then
+  echo "up to date: $MODELS/$name" >&2; exit 0
+fi
+[ -x "$VENV/bin/python" ] || { echo "no exporter venv at $VENV: run hack/models/build.sh first" >&2; exit 1; }
+mkdir -p "$MODELS"
+exec 9>"$MODELS/.build.lock"; flock 9
+work=$(mktemp -d "$MODELS/.build.XXXXXX"); trap 'rm -rf "$work"' EXIT
+"$VENV/bin/python" "$here/bench/make_qwen_shape.py" "$work/hf" >&2
+"$VENV/bin/python" "$here/bench/export_int8.py" "$work/hf" "$work/$name" >"$work/export.log" 2>&1 \
+  || { tail -n 60 "$work/export.log" >&2; exit 1; }
+echo "$key" > "$work/$name/.ovserve-stamp"
+chmod -R a+rX "$work/$name"
+rm -rf "$MODELS/$name"; mv "$work/$name" "$MODELS/$name"
+echo "built $MODELS/$name ($(du -sh "$MODELS/$name" | cut -f1))" >&2

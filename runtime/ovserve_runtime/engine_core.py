@@ -1,0 +1,335 @@
+"""Engine-core process: the ContinuousBatchingPipeline of a text model runs in a child process.
+
+ContinuousBatchingPipeline.step() holds the GIL (openvino-genai 2026.4), so an in-process engine serializes
+every HTTP-side operation with inference. Here the child owns the pipeline (the only copy of the weights)
+and runs the same CBEngine step loop; the HTTP process keeps only the tokenizer. One pipe between them:
+
+  HTTP -> core   ("add", id, [prompt ids], is_tensor, {generation config fields})  ("cancel", id)  ("stop",)
+  core -> HTTP   ("ready", {eos_token_id, stop_token_ids})  or  ("init_error", message)   once, at start
+                 ("step", [(id, kind, value), ...], (waiting, running, cache_usage))      one per step
+                 ("fatal", message)                                                        then it exits
+
+The HTTP side reads the pipe on a thread and hands each step's events to the event loop in one callback.
+The child dies with its parent (PR_SET_PDEATHSIG, and EOF on the pipe); when the child dies, the engine
+turns fatal: readiness says 503, pending requests get an error, new ones are refused.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from dataclasses import asdict
+from typing import Any
+
+from .engine import CBEngine, Engine, EngineError, GenRequest, SchedulerOptions, _deliver
+from .report import PipelineType
+
+log = logging.getLogger("ovserve.engine_core")
+
+# GenerationConfig fields the server sets; they cross the pipe as plain values
+CONFIG_FIELDS = (
+    "max_new_tokens",
+    "do_sample",
+    "temperature",
+    "top_p",
+    "top_k",
+    "rng_seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "stop_strings",
+    "ignore_eos",
+    "eos_token_id",
+    "stop_token_ids",
+    "apply_chat_template",
+)
+
+
+def config_to_dict(cfg) -> dict[str, Any]:
+    return {k: getattr(cfg, k) for k in CONFIG_FIELDS}
+
+
+def config_from_dict(d: dict[str, Any]):
+    import openvino_genai as g
+
+    c = g.GenerationConfig()
+    for k, v in d.items():
+        setattr(c, k, v)
+    return c
+
+
+# --- the child ---------------------------------------------------------------------------------
+
+
+class _CoreEngine(CBEngine):
+    """CBEngine whose events go into the pipe, one message per step."""
+
+    def __init__(self, pipeline, kind: PipelineType, conn) -> None:
+        super().__init__(pipeline, kind)
+        self.conn = conn
+        self.send_lock = threading.Lock()
+
+    def submit(self, req: GenRequest) -> None:
+        """Keeps the parent's request id (events are keyed by it)."""
+        with self._lock:
+            self._waiting += 1
+        self._enqueue(req)
+
+    def _emit(self, req: GenRequest, kind: str, value: Any) -> None:
+        req.record(kind)
+        self._out.append((req.id, kind, value))
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out:
+            self.send(("step", out, (self._waiting, self._running, self.cache_usage())))
+        time.sleep(0)  # let the receiver thread take in new requests
+
+    def _yield_to_loop(self) -> None:
+        self._flush()
+        time.sleep(0.001)  # a burst of requests arrives a little apart: prefill them in one step
+
+    def send(self, msg) -> None:
+        with self.send_lock:
+            self.conn.send(msg)
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: EOF on the pipe still ends the child
+
+
+def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str, parent: int, log_level: int) -> None:
+    _die_with_parent()
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s[core]: %(message)s")
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from .engine import construct_cb
+
+    try:
+        pipe = construct_cb(path, device, SchedulerOptions(**sched), props)
+        engine = _CoreEngine(pipe, PipelineType(kind), conn)
+    except Exception as exc:
+        conn.send(("init_error", str(exc).strip()))
+        return
+    base = engine.base_config()
+    conn.send(("ready", {"eos_token_id": base.eos_token_id, "stop_token_ids": set(base.stop_token_ids)}))
+    engine.on_fatal = lambda msg: engine.send(("fatal", msg))
+    engine.start()
+    import numpy as np
+    import openvino as ov
+
+    reqs: dict[int, GenRequest] = {}
+    try:
+        while True:
+            msg = conn.recv()
+            if msg[0] == "add":
+                _, rid, ids, tensor, cfg = msg
+                req = GenRequest(
+                    config=config_from_dict(cfg),
+                    max_new_tokens=cfg["max_new_tokens"],
+                    input_ids=ov.Tensor(np.asarray([ids], dtype=np.int64)) if tensor else ids,
+                    id=rid,
+                )
+                reqs[rid] = req
+                engine.submit(req)
+            elif msg[0] == "cancel":
+                req = reqs.pop(msg[1], None)
+                if req is not None:
+                    engine.cancel(req)
+            elif msg[0] == "stop":
+                break
+            if len(reqs) > 4096:  # forget finished requests (cancel of a finished one is a no-op)
+                reqs = {k: r for k, r in reqs.items() if not r.finished}
+    except (EOFError, OSError):
+        pass  # the parent is gone
+    engine.stop()
+    os._exit(0)
+
+
+# --- the HTTP side -----------------------------------------------------------------------------
+
+
+class ProcessCBEngine(Engine):
+    """The parent's view of an engine-core process; same surface as CBEngine."""
+
+    continuous_batching = True
+
+    def __init__(self, path: str, device: str, sched: SchedulerOptions, props: dict[str, Any], kind: PipelineType):
+        import openvino_genai as g
+
+        # no Engine.__init__: there is no pipeline here, only its tokenizer
+        self.kind = kind
+        self.is_vlm = False
+        self.tokenizer = g.Tokenizer(path)
+        self.token_table = None
+        self.fatal: str | None = None
+        self.on_fatal = None
+        self.loop = None
+        self._lock = threading.Lock()
+        self._ids = iter(range(1, 1 << 62))
+        self._reqs: dict[int, GenRequest] = {}
+        self._stats: tuple[int, int, float | None] = (0, 0, None)
+        self._submitted = 0  # sent but not yet seen in a step message (counted as waiting)
+        self._stopping = False
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=core_main,
+            args=(child, path, device, asdict(sched), props, str(kind), os.getpid(), logging.getLogger().level),
+            name="ovserve-engine-core",
+            daemon=True,
+        )
+        self.proc.start()
+        child.close()
+        try:
+            msg = self._conn.recv()
+        except EOFError:
+            self.proc.join(5)
+            raise RuntimeError(f"the engine process exited with code {self.proc.exitcode} while loading") from None
+        if msg[0] == "init_error":
+            self.proc.join(5)
+            raise RuntimeError(msg[1])
+        self._base = msg[1]
+        self._reader = threading.Thread(target=self._read, name="engine-core-reader", daemon=True)
+
+    # --- surface ---
+    def base_config(self):
+        return _Base(self._base)
+
+    @property
+    def waiting(self) -> int:
+        return self._stats[0]
+
+    @property
+    def running(self) -> int:
+        return self._stats[1]
+
+    def cache_usage(self) -> float | None:
+        return self._stats[2]
+
+    def start(self) -> None:
+        self._reader.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        try:
+            self._send(("stop",))
+        except (OSError, EngineError):
+            pass
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+        if self._reader.is_alive():
+            self._reader.join(5)
+
+    def submit(self, req: GenRequest) -> None:
+        if self.fatal is not None:
+            raise EngineError(f"pipeline failed: {self.fatal}")
+        with self._lock:
+            req.id = next(self._ids)
+            self._reqs[req.id] = req
+        # a token tensor crosses as a list of ids; anything else as is, for the pipeline to judge
+        tensor = hasattr(req.input_ids, "data")
+        ids = req.input_ids.data[0].tolist() if tensor else req.input_ids
+        try:
+            self._send(("add", req.id, ids, tensor, config_to_dict(req.config)))
+        except EngineError:
+            with self._lock:
+                self._reqs.pop(req.id, None)
+            raise
+
+    def cancel(self, req: GenRequest) -> None:
+        if not req.finished and not req.cancelled:
+            req.cancelled = True
+            try:
+                self._send(("cancel", req.id))
+            except EngineError:
+                pass
+
+    def _send(self, msg) -> None:
+        try:
+            with self._lock:
+                self._conn.send(msg)
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"the engine process is gone: {exc}") from exc
+
+    # --- the reader thread ---
+    def _read(self) -> None:
+        reason = "the engine process exited"
+        try:
+            while True:
+                msg = self._conn.recv()
+                if msg[0] == "step":
+                    events = msg[1]
+                    # the engine ran ahead of this process: take every step already sent in one callback
+                    while msg[0] == "step" and self._conn.poll():
+                        msg = self._conn.recv()
+                        if msg[0] == "step":
+                            events = events + msg[1]
+                    self._stats = msg[2] if msg[0] == "step" else self._stats
+                    self._dispatch(events)
+                if msg[0] == "fatal":
+                    reason = msg[1]
+                    break
+        except (EOFError, OSError):
+            pass
+        if self._stopping:
+            return
+        self.proc.join(2)
+        if msg_code := self.proc.exitcode:
+            reason = f"{reason} (exit code {msg_code})"
+        log.error("engine process failed: %s", reason)
+        self.fatal = reason
+        with self._lock:
+            pending, self._reqs = list(self._reqs.values()), {}
+        self._stats = (0, 0, None)
+        for req in pending:
+            req.emit("error", f"pipeline failed: {reason}")
+        if self.on_fatal is not None:
+            self.on_fatal(reason)
+
+    def _dispatch(self, events: list) -> None:
+        batch, loop = [], self.loop
+        with self._lock:
+            for rid, kind, value in events:
+                req = self._reqs.get(rid)
+                if req is None:
+                    continue
+                if kind != "tokens":
+                    del self._reqs[rid]
+                else:
+                    req.generated += len(value)
+                batch.append((req, kind, value))
+        rest = []
+        for req, kind, value in batch:
+            if loop is not None and req.loop is loop and req.events is not None:
+                req.record(kind)
+                rest.append((req, kind, value))
+            else:  # the smoke probe, or a request from another loop
+                req.emit(kind, value)
+        if rest:
+            ev = threading.Event()
+            try:
+                loop.call_soon_threadsafe(_deliver, loop, rest, ev)
+            except RuntimeError:
+                pass
+
+
+class _Base:
+    """What Engine.new_config reads from the pipeline's generation config."""
+
+    def __init__(self, d: dict) -> None:
+        self.eos_token_id = d["eos_token_id"]
+        self.stop_token_ids = d["stop_token_ids"]

@@ -1,0 +1,81 @@
+"""The engine-core process: one copy of the weights, it dies with the runtime, and its death is visible."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from .conftest import http_get
+
+pytestmark = pytest.mark.runtime
+
+
+def _engine_pid(server) -> int:
+    """The runtime's engine-core child (multiprocessing spawn_main)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == server.proc.pid and b"spawn_main" in cmd:
+            found.append(int(d.name))
+    assert len(found) == 1, f"expected one engine process, got {found}"
+    return found[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _wait(pred, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+def test_killed_engine_turns_readiness_503_and_fails_requests(tiny_models, server_factory):
+    srv = server_factory(tiny_models / "tiny-llm", "--served-name", "doomed")
+    c = openai.OpenAI(base_url=srv.url + "/v3", api_key="x", max_retries=0, timeout=30)
+    assert c.completions.create(model="doomed", prompt="hello", max_tokens=4).usage.completion_tokens >= 1
+    engine = _engine_pid(srv)
+    # the weights live in the engine process only
+    assert "openvino_model.bin" in Path(f"/proc/{engine}/maps").read_text()
+    assert "openvino_model.bin" not in Path(f"/proc/{srv.proc.pid}/maps").read_text()
+    stream = c.completions.create(
+        model="doomed", prompt="hello", max_tokens=400, stream=True, extra_body={"ignore_eos": True}
+    )
+    next(iter(stream))
+    os.kill(engine, signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(Exception):  # noqa: B017 - the stream ends with an error event, not a hang
+        for _ in stream:
+            pass
+    assert time.monotonic() - t0 < 20
+    assert _wait(lambda: http_get(srv.url + "/v2/health/ready")[0] == 503)
+    with pytest.raises(openai.APIStatusError) as err:
+        c.completions.create(model="doomed", prompt="hello", max_tokens=4)
+    assert err.value.status_code == 503
+    assert srv.status()["state"] == "failed"
+
+
+def test_engine_process_dies_with_the_runtime(tiny_models, server_factory):
+    srv = server_factory(tiny_models / "tiny-llm", "--served-name", "orphan")
+    engine = _engine_pid(srv)
+    srv.proc.kill()  # SIGKILL: no cleanup code runs in the parent
+    srv.proc.wait()
+    assert _wait(lambda: not _alive(engine)), f"engine process {engine} outlived its parent"
