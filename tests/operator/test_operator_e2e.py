@@ -7,9 +7,12 @@ selector), so they need neither.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -292,12 +295,15 @@ def test_leader_election_two_replicas_failover(cluster, start_operator, namespac
 def runtime(cluster, project_image, tiny_models, namespace):
     """The tiny models on a PVC "models" in the test namespace (restricted PSA refuses hostPath volumes):
     a hostPath PersistentVolume over the models directory, bound to the claim by name."""
-    yield from models_claim(cluster, namespace, tiny_models)
+    with models_claim(cluster, namespace, tiny_models) as root:
+        yield root
 
 
-def models_claim(cluster, namespace, tiny_models):
-    """Create the claim "models" over the tiny models (a hostPath PV bound by name); yield; remove them."""
-    pv = f"models-{namespace}"[:63]
+@contextlib.contextmanager
+def models_claim(cluster, namespace: str, root: Path, claim: str = "models") -> Iterator[Path]:
+    """A claim `claim` over the host directory `root` (a hostPath PV bound by name); removed afterwards."""
+    pv = f"{claim}-{namespace}"[:63]
+    storage_class = f"ovserve-test-{claim}"
     cluster.apply(
         {
             "apiVersion": "v1",
@@ -307,9 +313,9 @@ def models_claim(cluster, namespace, tiny_models):
                 "capacity": {"storage": "1Gi"},
                 "accessModes": ["ReadOnlyMany"],
                 "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "ovserve-test-models",
-                "hostPath": {"path": str(tiny_models), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": "models"},
+                "storageClassName": storage_class,
+                "hostPath": {"path": str(root), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": claim},
             },
         }
     )
@@ -317,24 +323,26 @@ def models_claim(cluster, namespace, tiny_models):
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "models"},
+            "metadata": {"name": claim},
             "spec": {
                 "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "ovserve-test-models",
+                "storageClassName": storage_class,
                 "volumeName": pv,
                 "resources": {"requests": {"storage": "1Gi"}},
             },
         },
         namespace,
     )
-    cluster.wait_for(
-        lambda: (cluster.get("pvc", "models", namespace) or {}).get("status", {}).get("phase") == "Bound",
-        60,
-        "PVC models bound",
-    )
-    yield tiny_models
-    cluster.kubectl("delete", "pvc", "models", "-n", namespace, "--wait=false", check=False)
-    cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+    try:
+        cluster.wait_for(
+            lambda: (cluster.get("pvc", claim, namespace) or {}).get("status", {}).get("phase") == "Bound",
+            60,
+            f"PVC {claim} bound",
+        )
+        yield root
+    finally:
+        cluster.kubectl("delete", "pvc", claim, "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
 
 
 def test_auto_on_sdpa_model_resolves_cb(cluster, operator, namespace, runtime):

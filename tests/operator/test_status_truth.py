@@ -101,7 +101,8 @@ def truth_operator(cluster, truth_ns, hub, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def truth_models(cluster, truth_ns, project_image, tiny_models):
-    yield from models_claim(cluster, truth_ns, tiny_models)
+    with models_claim(cluster, truth_ns, tiny_models) as root:
+        yield root
 
 
 @pytest.fixture(autouse=True)
@@ -189,47 +190,17 @@ def test_missing_path_in_the_claim_is_model_not_found(cluster, truth_ns, truth_o
     name, root = "no-path", tmp_path / "empty-models"
     root.mkdir()
     root.chmod(0o755)
-    pv = f"empty-{truth_ns}"[:63]
-    cluster.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": pv, "labels": {"ovserve.dev/test": "true"}},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadOnlyMany"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": "ovserve-test-empty",
-                    "hostPath": {"path": str(root), "type": "Directory"},
-                    "claimRef": {"namespace": truth_ns, "name": "empty"},
-                },
-            },
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "empty", "namespace": truth_ns},
-                "spec": {
-                    "accessModes": ["ReadOnlyMany"],
-                    "storageClassName": "ovserve-test-empty",
-                    "volumeName": pv,
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            },
-        ]
-    )
-    try:
-        cluster.apply(llms(name, {"model": {"pvc": {"claimName": "empty", "path": "absent"}}}), truth_ns)
-        first_pod(cluster, truth_ns, name)
-        st = wait_reason(cluster, truth_ns, name, "ModelNotFound", 60)
-        msg = condition(st, "Ready")["message"]
-        assert "claim empty path absent" in msg and "no OpenVINO model" in msg, msg
-        r = row(cluster, truth_ns, name)
-        assert (r["PHASE"], r["RESOLVED"]) == ("Failed", ""), r
-    finally:
-        cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false", check=False)
-        cluster.kubectl("delete", "pvc", "empty", "-n", truth_ns, "--wait=false", check=False)
-        cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+    with models_claim(cluster, truth_ns, root, claim="empty"):
+        try:
+            cluster.apply(llms(name, {"model": {"pvc": {"claimName": "empty", "path": "absent"}}}), truth_ns)
+            first_pod(cluster, truth_ns, name)
+            st = wait_reason(cluster, truth_ns, name, "ModelNotFound", 60)
+            msg = condition(st, "Ready")["message"]
+            assert "claim empty path absent" in msg and "no OpenVINO model" in msg, msg
+            r = row(cluster, truth_ns, name)
+            assert (r["PHASE"], r["RESOLVED"]) == ("Failed", ""), r
+        finally:
+            cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false", check=False)
 
 
 def test_missing_token_secret_shows_the_kubelets_message(cluster, truth_ns, truth_operator, project_image):
