@@ -72,8 +72,11 @@ def fake_hub(
     st = state or HubState()
     st.unavailable += fail_first
     lock = threading.Lock()
-    sizes = {rel: len(load()) for rel, load in files.items()}
-    etags = {rel: hashlib.sha256(load()).hexdigest() for rel, load in files.items()}
+    sizes: dict[str, int] = {}
+    etags: dict[str, str] = {}
+    for rel, load in files.items():  # each file read once here, again only when it is served
+        data = load()
+        sizes[rel], etags[rel] = len(data), hashlib.sha256(data).hexdigest()
     api_prefix = f"/api/models/{repo}/"
 
     class Hub(_Quiet):
