@@ -19,6 +19,7 @@ from .report import PipelineReport, PipelineType, Reason, RuntimeReport, State, 
 
 log = logging.getLogger("ovserve.cli")
 EXIT_FAILED = 3
+FATAL_EXIT_DELAY_S = 1.0  # after a fatal pipeline error: time for open streams to get their error event
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
 EPILOG = """\
@@ -31,7 +32,8 @@ pipeline resolution:
   LM_CB / VLM_CB   continuous batching or refuse (exit 3); never downgraded
   LM / VLM         the legacy stateful pipeline with ATTENTION_BACKEND=SDPA
 On any failure the runtime report (JSON) is the last stderr line and is written to --termination-log,
-and the process exits 3.
+and the process exits 3 (also when the pipeline breaks while serving: every open request gets an error
+first).
 
 endpoints: /v3/chat/completions /v3/completions /v3/models (and /v1/...), /v1/status,
 /v2/health/live, /v2/health/ready, /metrics
@@ -172,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="max_tokens when a request sets none (capped by the context) [OVSERVE_DEFAULT_MAX_TOKENS]",
     )
     h.add_argument(
+        "--max-queued-requests",
+        type=int,
+        default=env_default("max_queued_requests", 256, int),
+        help="admission bound: at most this many requests wait while max_num_seqs (one for the legacy "
+        "pipeline) generate; beyond it 429 with Retry-After; 0 = no waiting room "
+        "[OVSERVE_MAX_QUEUED_REQUESTS]",
+    )
+    h.add_argument(
         "--log-level",
         default=env_default("log_level", "INFO", str.upper),
         help="DEBUG, INFO, WARNING, ERROR [OVSERVE_LOG_LEVEL]",
@@ -231,6 +241,7 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
             served_name=served,
             max_prompt_tokens=args.max_prompt_tokens,
             default_max_tokens=args.default_max_tokens,
+            max_queued_requests=args.max_queued_requests,
         ),
         report,
     )
@@ -285,12 +296,20 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
         await runner.cleanup()
         return EXIT_FAILED, report
 
+    exit_code = 0
+
     def on_fatal(message: str) -> None:
+        """From the engine's thread: report failed, end every request, exit 3 a moment later (handlers
+        write their error events first) so that the kubelet restarts the container and the operator reads
+        the report from the termination message."""
+
         def apply() -> None:
-            rep = failed_state(app.report, message)
-            app.set_report(rep)
-            log.error("pipeline failed while serving: %s", message)
-            write_failure(rep, args.termination_log)
+            nonlocal exit_code
+            app.set_report(failed_state(app.report, message))
+            app.fail(message)
+            log.error("pipeline failed while serving: %s; exiting", message)
+            exit_code = EXIT_FAILED
+            loop.call_later(FATAL_EXIT_DELAY_S, stop.set)
 
         loop.call_soon_threadsafe(apply)
 
@@ -313,7 +332,7 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
     log.info("shutting down")
     await runner.cleanup()
     engine.stop()
-    return 0, app.report
+    return exit_code, app.report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,11 +9,21 @@ events, not one per token per request):
     ("error", message)      the request failed (the engine may still be healthy)
 Cancelling a request (client gone) is a flag the engine thread acts on between steps (CB: handle.cancel(),
 legacy: the streamer returns CANCEL), so capacity is always given back.
+
+Counters: `waiting` are requests accepted but not generating (in the engine's queue, or inside the pipeline
+but not scheduled in the last step); `running` are those the last step generated for. The CB engine hands
+at most max_num_seqs requests to the pipeline (openvino-genai ignores max_num_seqs with dynamic split-fuse,
+its default); the rest wait in the engine, where a cancel is free.
+
+Fatal path: when the pipeline itself breaks (step() raising, a legacy generate failing with a broken
+model), every queued and active request gets an error event at once, the counters drop to zero, later
+submits raise EngineError, and on_fatal tells the server (which turns unready and exits).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import queue
@@ -57,8 +67,16 @@ class SchedulerOptions:
     def properties(self) -> dict[str, Any]:
         return {"KV_CACHE_PRECISION": self.kv_cache_precision} if self.kv_cache_precision else {}
 
+    def effective_max_num_seqs(self) -> int:
+        """max_num_seqs as set, or openvino-genai's default."""
+        if self.max_num_seqs is not None:
+            return self.max_num_seqs
+        import openvino_genai as g
 
-@dataclass
+        return int(g.SchedulerConfig().max_num_seqs)
+
+
+@dataclass(eq=False)  # identity: requests live in sets and are compared as objects
 class GenRequest:
     """One generation. `input_ids` (ov.Tensor [1, n]) for text, or `prompt` + `images` for a VLM."""
 
@@ -111,6 +129,7 @@ class Engine:
     """Common surface of both engines."""
 
     continuous_batching = False
+    capacity = 1  # requests generating at once (CB: max_num_seqs)
 
     def __init__(self, pipeline, kind: PipelineType) -> None:
         self.pipeline = pipeline
@@ -166,12 +185,13 @@ class Engine:
             self._thread.join(timeout=10)
 
     def submit(self, req: GenRequest) -> None:
-        if self.fatal is not None:
-            raise EngineError(f"pipeline failed: {self.fatal}")
-        req.id = next(self._ids)
+        # under the lock: a request is either refused here or reached by _fail's drain, never lost between
         with self._lock:
+            if self.fatal is not None:
+                raise EngineError(f"pipeline failed: {self.fatal}")
+            req.id = next(self._ids)
             self._waiting += 1
-        self._enqueue(req)
+            self._enqueue(req)
 
     def cancel(self, req: GenRequest) -> None:
         """Called from the event loop when the client went away; the engine thread frees the slot."""
@@ -218,13 +238,31 @@ class Engine:
         try:
             self._run()
         except Exception as exc:  # a pipeline failure outside any single request is fatal
-            log.error("engine loop failed: %s", str(exc).strip())
-            self._set_fatal(f"{type(exc).__name__}: {exc}")
+            msg = f"{type(exc).__name__}: {str(exc).strip()}"
+            log.error("engine loop failed: %s", msg)
+            self._fail(msg)
 
-    def _set_fatal(self, message: str) -> None:
-        self.fatal = message
+    def _fail(self, message: str) -> None:
+        """The pipeline is broken: refuse new requests, answer every queued and active one, report."""
+        with self._lock:
+            self.fatal = message
+            victims = self._drain_all()
+            self._waiting = self._running = 0
+        for req in victims:
+            self._emit(req, "error", f"pipeline failed: {message}")
+        self._flush()
         if self.on_fatal is not None:
             self.on_fatal(message)
+
+    def _drain_all(self) -> list[GenRequest]:
+        """Every request the engine still holds, queued or active (called with the lock held)."""
+        raise NotImplementedError
+
+    def _emit(self, req: GenRequest, kind: str, value: Any) -> None:
+        req.emit(kind, value)
+
+    def _flush(self) -> None:
+        pass
 
     def _started(self) -> None:
         with self._lock:
@@ -245,19 +283,29 @@ class CBEngine(Engine):
 
     continuous_batching = True
 
-    def __init__(self, pipeline, kind: PipelineType) -> None:
+    def __init__(self, pipeline, kind: PipelineType, max_active: int = 256) -> None:
         super().__init__(pipeline, kind)
         self._inbox: queue.SimpleQueue[GenRequest] = queue.SimpleQueue()
+        self._pending: collections.deque[GenRequest] = collections.deque()  # taken in, not yet added
+        self._max_active = self.capacity = max(1, max_active)
+        self._unscheduled = 0  # in the pipeline but not scheduled by the last step
         self._cv = threading.Condition()
         self._active: dict[int, tuple[GenRequest, Any]] = {}
         self._base = pipeline.get_config()
         self._metrics = None
-        self._metrics_at = 0.0
         self._dirty = False  # cancelled requests not yet dropped by a step
         self._out: list[tuple[GenRequest, str, Any]] = []  # this step's events, delivered in one callback
 
     def base_config(self):
         return self._base
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting + self._unscheduled
+
+    @property
+    def running(self) -> int:
+        return max(0, self._running - self._unscheduled)
 
     def cache_usage(self) -> float | None:
         m = self._metrics
@@ -274,9 +322,11 @@ class CBEngine(Engine):
     def _admit(self) -> None:
         while True:
             try:
-                req = self._inbox.get_nowait()
+                self._pending.append(self._inbox.get_nowait())
             except queue.Empty:
-                return
+                break
+        while self._pending and len(self._active) < self._max_active:
+            req = self._pending.popleft()
             if req.cancelled:
                 self._dropped_waiting()
                 self._emit(req, "done", "cancelled")
@@ -292,6 +342,23 @@ class CBEngine(Engine):
                 continue
             self._started()
             self._active[req.id] = (req, handle)
+        if any(r.cancelled for r in self._pending):  # a cancel while queued costs nothing, answer it now
+            for req in [r for r in self._pending if r.cancelled]:
+                self._pending.remove(req)
+                self._dropped_waiting()
+                self._emit(req, "done", "cancelled")
+
+    def _drain_all(self) -> list[GenRequest]:
+        victims = [req for req, _h in self._active.values()] + list(self._pending)
+        self._active.clear()
+        self._pending.clear()
+        while True:
+            try:
+                victims.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        self._unscheduled = 0
+        return victims
 
     def _collect(self) -> None:
         import openvino_genai as g
@@ -365,7 +432,7 @@ class CBEngine(Engine):
         pipe = self.pipeline
         while not self._stop.is_set():
             with self._cv:
-                if not self._active and self._inbox.empty() and not self._pending_work():
+                if not self._active and not self._pending and self._inbox.empty() and not self._pending_work():
                     self._cv.wait(timeout=0.5)
             was_idle = not self._active
             self._admit()
@@ -379,26 +446,17 @@ class CBEngine(Engine):
             # also step with nothing active: a cancelled request's KV blocks are released by a step
             if self._active or self._pending_work():
                 if pipe.has_non_finished_requests():
+                    pipe.step()  # raising is fatal: _run_guarded answers every request
                     try:
-                        pipe.step()
-                    except Exception as exc:
-                        msg = f"{type(exc).__name__}: {str(exc).strip()}"
-                        for req, _h in self._active.values():
-                            self._emit(req, "error", msg)
-                        self._active.clear()
-                        self._flush()
-                        raise
+                        self._metrics = pipe.get_metrics()  # about a microsecond
+                    except Exception:  # metrics are best effort
+                        self._metrics = None
                 self._collect()
+                scheduled = self._metrics.scheduled_requests if self._metrics is not None else len(self._active)
+                self._unscheduled = max(0, len(self._active) - scheduled)
                 if not self._active and not pipe.has_non_finished_requests():
                     self._dirty = False
                 self._flush()
-            now = time.monotonic()
-            if now - self._metrics_at > 0.2:
-                self._metrics_at = now
-                try:
-                    self._metrics = pipe.get_metrics()
-                except Exception:  # metrics are best effort
-                    self._metrics = None
 
 
 def _deliver(loop: asyncio.AbstractEventLoop, out: list, ev: threading.Event) -> None:
@@ -414,6 +472,7 @@ class LegacyEngine(Engine):
     def __init__(self, pipeline, kind: PipelineType) -> None:
         super().__init__(pipeline, kind)
         self._queue: queue.Queue[GenRequest | None] = queue.Queue()
+        self._current: GenRequest | None = None  # the request generating now
         self._base = pipeline.get_generation_config()
 
     def base_config(self):
@@ -426,6 +485,17 @@ class LegacyEngine(Engine):
         if self._stop.is_set():
             self._queue.put(None)
 
+    def _drain_all(self) -> list[GenRequest]:
+        victims = [self._current] if self._current is not None else []
+        self._current = None
+        while True:
+            try:
+                req = self._queue.get_nowait()
+            except queue.Empty:
+                return victims
+            if req is not None:
+                victims.append(req)
+
     def _run(self) -> None:
         import openvino_genai as g
 
@@ -437,18 +507,27 @@ class LegacyEngine(Engine):
                 self._dropped_waiting()
                 req.emit("done", "cancelled")
                 continue
-            self._started()
+            with self._lock:
+                self._waiting -= 1
+                self._running += 1
+                self._current = req
             try:
                 final = self._generate(g, req)
             except Exception as exc:
                 msg = str(exc).strip()
-                self._ended()  # the slot is free before the client hears the outcome
-                req.emit("error", msg)
                 if _is_fatal(msg):
-                    raise
+                    raise  # _fail answers this request and every queued one
+                self._end(req)  # the slot is free before the client hears the outcome
+                req.emit("error", msg)
             else:
-                self._ended()
+                self._end(req)
                 req.emit("done", final)
+
+    def _end(self, req: GenRequest) -> None:
+        with self._lock:
+            if self._current is req:
+                self._current = None
+                self._running -= 1
 
     def _generate(self, g, req: GenRequest) -> str:
         """Run one generation; returns the finish reason ("cancelled", "length" or "stop")."""

@@ -69,16 +69,18 @@ def config_from_dict(d: dict[str, Any]):
 class _CoreEngine(CBEngine):
     """CBEngine whose events go into the pipe, one message per step."""
 
-    def __init__(self, pipeline, kind: PipelineType, conn) -> None:
-        super().__init__(pipeline, kind)
+    def __init__(self, pipeline, kind: PipelineType, conn, max_active: int) -> None:
+        super().__init__(pipeline, kind, max_active=max_active)
         self.conn = conn
         self.send_lock = threading.Lock()
 
     def submit(self, req: GenRequest) -> None:
         """Keeps the parent's request id (events are keyed by it)."""
         with self._lock:
+            if self.fatal is not None:  # the parent answers it: it has already heard "fatal"
+                return
             self._waiting += 1
-        self._enqueue(req)
+            self._enqueue(req)
 
     def _emit(self, req: GenRequest, kind: str, value: Any) -> None:
         req.record(kind)
@@ -87,7 +89,7 @@ class _CoreEngine(CBEngine):
     def _flush(self) -> None:
         out, self._out = self._out, []
         if out:
-            self.send(("step", out, (self._waiting, self._running, self.cache_usage())))
+            self.send(("step", out, (self.waiting, self.running, self.cache_usage())))
         time.sleep(0)  # let the receiver thread take in new requests
 
     def _yield_to_loop(self) -> None:
@@ -117,8 +119,9 @@ def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str,
     from .engine import construct_cb
 
     try:
-        pipe = construct_cb(path, device, SchedulerOptions(**sched), props)
-        engine = _CoreEngine(pipe, PipelineType(kind), conn)
+        opts = SchedulerOptions(**sched)
+        pipe = construct_cb(path, device, opts, props)
+        engine = _CoreEngine(pipe, PipelineType(kind), conn, max_active=opts.effective_max_num_seqs())
     except Exception as exc:
         conn.send(("init_error", str(exc).strip()))
         return
@@ -171,6 +174,7 @@ class ProcessCBEngine(Engine):
         # no Engine.__init__: there is no pipeline here, only its tokenizer
         self.kind = kind
         self.is_vlm = False
+        self.capacity = sched.effective_max_num_seqs()
         self.tokenizer = g.Tokenizer(path)
         self.token_table = None
         self.fatal: str | None = None
@@ -180,7 +184,6 @@ class ProcessCBEngine(Engine):
         self._ids = iter(range(1, 1 << 62))
         self._reqs: dict[int, GenRequest] = {}
         self._stats: tuple[int, int, float | None] = (0, 0, None)
-        self._submitted = 0  # sent but not yet seen in a step message (counted as waiting)
         self._stopping = False
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
@@ -235,9 +238,10 @@ class ProcessCBEngine(Engine):
             self._reader.join(5)
 
     def submit(self, req: GenRequest) -> None:
-        if self.fatal is not None:
-            raise EngineError(f"pipeline failed: {self.fatal}")
+        # under the lock: either refused here or answered by the reader's fatal path, never lost between
         with self._lock:
+            if self.fatal is not None:
+                raise EngineError(f"pipeline failed: {self.fatal}")
             req.id = next(self._ids)
             self._reqs[req.id] = req
         # a token tensor crosses as a list of ids; anything else as is, for the pipeline to judge
@@ -291,8 +295,8 @@ class ProcessCBEngine(Engine):
         if msg_code := self.proc.exitcode:
             reason = f"{reason} (exit code {msg_code})"
         log.error("engine process failed: %s", reason)
-        self.fatal = reason
         with self._lock:
+            self.fatal = reason
             pending, self._reqs = list(self._reqs.values()), {}
         self._stats = (0, 0, None)
         for req in pending:

@@ -97,7 +97,9 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
                     )
                 else:
                     engine = CBEngine(
-                        construct_cb(opts.model_path, opts.device, opts.scheduler, opts.properties), p.cb_type
+                        construct_cb(opts.model_path, opts.device, opts.scheduler, opts.properties),
+                        p.cb_type,
+                        max_active=opts.scheduler.effective_max_num_seqs(),
                     )
             except Exception as exc:
                 error = str(exc).strip()

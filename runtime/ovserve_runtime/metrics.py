@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -49,8 +51,19 @@ class Metrics:
             buckets=_LATENCY,
             registry=r,
         )
-        self.queue_depth = Gauge("ovserve_queue_depth", "Requests accepted and waiting to be scheduled", registry=r)
-        self.running = Gauge("ovserve_requests_running", "Requests being generated now", registry=r)
+        self.queue_depth = Gauge(
+            "ovserve_queue_depth",
+            "Requests accepted and not generating yet (parsed, queued, or not scheduled by the last step)",
+            registry=r,
+        )
+        self.running = Gauge(
+            "ovserve_requests_running", "Requests the pipeline generated for in its last step", registry=r
+        )
+        self.queue_limit = Gauge(
+            "ovserve_queue_limit",
+            "Most requests that may wait (--max-queued-requests); beyond it requests get 429",
+            registry=r,
+        )
         self.kv_cache = Gauge(
             "ovserve_kv_cache_usage_percent",
             "KV-cache usage of the continuous batching pipeline (pipeline.get_metrics().cache_usage)",
@@ -74,6 +87,8 @@ class Metrics:
         )
         self._info_labels: tuple[str, ...] | None = None
         self.engine = None
+        # (queued, running) as the server counts them; the engine's own counts when unset
+        self.counts: Callable[[], tuple[int, int]] | None = None
 
     def set_report(self, rep: RuntimeReport) -> None:
         p = rep.pipeline
@@ -96,8 +111,9 @@ class Metrics:
     def render(self) -> tuple[bytes, str]:
         e = self.engine
         if e is not None:
-            self.queue_depth.set(e.waiting)
-            self.running.set(e.running)
+            queued, running = self.counts() if self.counts is not None else (e.waiting, e.running)
+            self.queue_depth.set(queued)
+            self.running.set(running)
             usage = e.cache_usage()
             if usage is not None:
                 self.kv_cache.set(usage)

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .admission import Admission
 from .detok import Detokenizer
 from .metrics import Metrics
 from .report import Reason, RuntimeReport, State
@@ -29,6 +30,7 @@ class ServerConfig:
     served_name: str
     max_prompt_tokens: int = 0  # 0: the model's max position
     default_max_tokens: int = 512
+    max_queued_requests: int = 256  # beyond max_num_seqs generating + this many waiting: 429
 
 
 class ApiError(Exception):
@@ -43,9 +45,9 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
-    def response(self) -> web.Response:
+    def response(self, headers: dict[str, str] | None = None) -> web.Response:
         body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-        return web.json_response(body, status=self.status)
+        return web.json_response(body, status=self.status, headers=headers)
 
 
 def _num(
@@ -79,6 +81,9 @@ class App:
         self.engine = None
         self.max_position: int | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.admission = Admission(max_queued=cfg.max_queued_requests)
+        self.metrics.queue_limit.set(cfg.max_queued_requests)
+        self.inflight: set = set()  # GenRequests submitted and not answered: the fatal path ends them all
         self.created = int(time.time())
         self.web = web.Application(client_max_size=64 * 1024 * 1024)
         r = self.web.router
@@ -101,7 +106,21 @@ class App:
         self.engine = engine
         self.max_position = max_position
         engine.loop = asyncio.get_running_loop()
+        self.admission.capacity = engine.capacity
         self.metrics.engine = engine
+        self.metrics.counts = self.counts
+
+    def counts(self) -> tuple[int, int]:
+        """(queued, running): requests admitted here and not generating, and those generating."""
+        running = min(self.engine.running, self.admission.inflight) if self.engine is not None else 0
+        return self.admission.queued(running), running
+
+    def fail(self, message: str) -> None:
+        """On the loop, when the pipeline broke: every request still waiting for events ends with an error
+        now (the engine answers them too; whichever comes first ends the request)."""
+        for greq in list(self.inflight):
+            if greq.events is not None:
+                greq.events.put_nowait(("error", f"pipeline failed: {message}"))
 
     @property
     def prompt_limit(self) -> int | None:
@@ -153,6 +172,27 @@ class App:
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         endpoint = "chat" if chat else "completions"
         arrived = time.monotonic()
+        if not self.admission.try_admit():
+            self.metrics.requests.labels(endpoint, "429").inc()
+            return self._queue_full()
+        try:
+            return await self._admitted(request, chat, endpoint, arrived)
+        finally:
+            self.admission.release()
+
+    def _queue_full(self) -> web.Response:
+        _queued, running = self.counts()
+        retry = self.admission.retry_after(running)
+        err = ApiError(
+            429,
+            f"the server is at capacity: {self.admission.inflight} requests in flight ({running} generating, "
+            f"at most {self.cfg.max_queued_requests} may wait); retry after {retry} s",
+            "rate_limit_exceeded",
+            code="queue_full",
+        )
+        return err.response(headers={"Retry-After": str(retry)})
+
+    async def _admitted(self, request: web.Request, chat: bool, endpoint: str, arrived: float) -> web.StreamResponse:
         try:
             body = await self._body(request)
             greq, prompt_tokens = self._build(body, chat)
@@ -170,6 +210,7 @@ class App:
         except Exception as exc:
             self.metrics.requests.labels(endpoint, "503").inc()
             return ApiError(503, str(exc), "server_error", code="pipeline_failed").response()
+        self.inflight.add(greq)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         status = "200"
         try:
@@ -183,6 +224,7 @@ class App:
             status = "499"  # client closed the request
             raise
         finally:
+            self.inflight.discard(greq)
             self.engine.cancel(greq)  # no-op when finished; frees the slot otherwise
             self.metrics.requests.labels(endpoint, status).inc()
             self._observe(greq, prompt_tokens)
@@ -195,6 +237,7 @@ class App:
             m.ttft.observe(greq.first_token_at - greq.submitted_at)
             end = time.monotonic()
             m.e2e.observe(end - greq.submitted_at)
+            self.admission.observe(end - greq.submitted_at)
             if greq.generated > 1:
                 m.tpot.observe((end - greq.first_token_at) / (greq.generated - 1))
 
@@ -491,7 +534,7 @@ class App:
             else:
                 finish = value
             break
-        tail = detok.flush()
+        tail = detok.flush() if finish is not None else ""  # nothing more after an error event
         if tail:
             await resp.write(chunk(tail, None))
         if finish is not None:
