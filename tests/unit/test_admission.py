@@ -46,4 +46,4 @@ def test_release_tracks_mean_duration_and_queue():
     assert a.inflight == 3 and a.mean_duration_s == pytest.approx(1.2)
     a.observe(0.0)  # nothing measured
     assert a.mean_duration_s == pytest.approx(1.2)
-    assert a.retry_after(running=2) == 1
+    assert a.retry_after(running=2) == 2  # (1 queued + 1) / 2 running = one round of 1.2 s
