@@ -111,6 +111,8 @@ def runtime_args(name: str, spec: api.LLMServingSpec) -> list[str]:
             args += ["--dynamic-split-fuse" if sched.dynamicSplitFuse else "--no-dynamic-split-fuse"]
         if sched.kvCachePrecision is not None:
             args += ["--kv-cache-precision", str(sched.kvCachePrecision)]
+    if spec.serving is not None and spec.serving.maxQueuedRequests is not None:
+        args += ["--max-queued-requests", str(spec.serving.maxQueuedRequests)]
     return args
 
 

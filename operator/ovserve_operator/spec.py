@@ -240,6 +240,19 @@ class Autoscaling(_Strict):
 
 
 
+class ServingConfig(_Strict):
+    """Request handling of the runtime, whatever the pipeline."""
+
+    maxQueuedRequests: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="Admission bound per pod: how many requests may wait while scheduler.maxNumSeqs of them "
+        "(one for a legacy pipeline) generate; beyond it the runtime answers 429 with Retry-After. "
+        "Default: the runtime's (256). 0: no waiting room.",
+    )
+
+
 class LLMServingSpec(_Strict):
     """Desired state of an LLMServing: a model served by the ovserve runtime (OpenVINO GenAI)."""
 
@@ -274,6 +287,7 @@ class LLMServingSpec(_Strict):
     )
     image: str | None = Field(None, min_length=1, description="Runtime image override (default: operator setting).")
     scheduler: SchedulerConfig | None = Field(None, description="Continuous-batching scheduler settings.")
+    serving: ServingConfig | None = Field(None, description="Request handling: admission bound.")
 
 
 # ------------------------------------------------------------------------------------------- status
