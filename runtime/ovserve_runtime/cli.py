@@ -55,6 +55,13 @@ def _env_bool(name: str) -> bool | None:
     raise SystemExit(f"OVSERVE_{name.upper().replace('-', '_')}: not a boolean: {v!r}")
 
 
+def non_negative(v: str) -> int:
+    n = int(v)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ovserve-runtime",
@@ -65,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def env_default(name: str, default=None, conv=str):
         v = _env(name)
-        return default if v is None or v == "" else conv(v)
+        if v is None or v == "":
+            return default
+        try:
+            return conv(v)
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            p.error(f"OVSERVE_{name.upper()}={v!r}: {exc}")
 
     g = p.add_argument_group("model")
     g.add_argument(
@@ -175,8 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     h.add_argument(
         "--max-queued-requests",
-        type=int,
-        default=env_default("max_queued_requests", 256, int),
+        type=non_negative,
+        default=env_default("max_queued_requests", 256, non_negative),
         help="admission bound: at most this many requests wait while max_num_seqs (one for the legacy "
         "pipeline) generate; beyond it 429 with Retry-After; 0 = no waiting room "
         "[OVSERVE_MAX_QUEUED_REQUESTS]",

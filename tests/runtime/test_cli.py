@@ -106,6 +106,22 @@ def test_env_twins(tiny_models, tmp_path):
     assert (rep["pipeline"]["requested"], rep["pipeline"]["reason"]) == ("VLM", "PipelineTypeMismatch")
 
 
+@pytest.mark.parametrize(
+    "args,env,message",
+    [
+        (("--max-queued-requests", "-1"), {}, "argument --max-queued-requests: must be >= 0, got -1"),
+        ((), {"OVSERVE_MAX_QUEUED_REQUESTS": "-2"}, "OVSERVE_MAX_QUEUED_REQUESTS='-2': must be >= 0, got -2"),
+        ((), {"OVSERVE_PORT": "eighty"}, "OVSERVE_PORT='eighty': invalid literal for int()"),
+    ],
+)
+def test_bad_flag_values_are_usage_errors(args, env, message):
+    proc = subprocess.run(
+        runtime_cmd("--model-path", "/nonexistent", *args), capture_output=True, text=True, env=runtime_env(**env)
+    )
+    assert proc.returncode == 2
+    assert message in proc.stderr.splitlines()[-1] and "Traceback" not in proc.stderr
+
+
 def test_scheduler_flags_reach_the_pipeline(tiny_models, server_factory):
     s = server_factory(
         tiny_models / "tiny-llm",
@@ -148,6 +164,7 @@ def test_help_explains_every_option():
         "--no-dynamic-split-fuse",
         "--kv-cache-precision",
         "--max-prompt-tokens",
+        "--max-queued-requests",
     ):
         assert flag in out, flag
     for env in ("OVSERVE_MAX_NUM_SEQS", "OVSERVE_KV_CACHE_PRECISION", "OVSERVE_PIPELINE_TYPE"):
