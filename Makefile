@@ -49,5 +49,6 @@ image: up
 
 crds: venv  ## regenerate crds/ (and the chart's copy) from the typed spec
 	$(VENV)/bin/python -m ovserve_operator.crd
+	cp crds/ovserve.dev_llmservings.yaml charts/ovserve/crds/
 
 -include hack/kind.mk
