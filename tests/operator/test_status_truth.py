@@ -8,8 +8,10 @@ Everything is asserted through what a user reads: `kubectl get llmserving` colum
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import time
 import urllib.request
 import uuid
@@ -300,4 +302,79 @@ def test_repin_auto_to_lm_cb_and_back(cluster, truth_ns, truth_operator, truth_m
         "Ready",
     ), w
     assert condition(status(cluster, truth_ns, name), "Fallback")["status"] == "True"
+    cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false")
+
+
+# ------------------------------------------------------------------------------- admission and faults
+
+
+def _runtime_pids(pod: str) -> list[tuple[int, bytes]]:
+    """(pid, cmdline) of the processes of a runtime pod on this node (POD_NAME is in their environment)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if f"POD_NAME={pod}".encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                found.append((int(d), f.read()))
+        except OSError:
+            continue
+    return found
+
+
+async def _burst(url: str, n: int) -> list[tuple[int, str, str]]:
+    """n concurrent streaming chat completions: (status, Retry-After, body or last SSE line)."""
+    import aiohttp
+
+    body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 400, "stream": True, "ignore_eos": True}
+
+    async def one(s):
+        async with s.post(url + "/v3/chat/completions", json=body) as r:
+            text = await r.text()
+            last = [line for line in text.splitlines() if line.startswith("data: ")][-1:] or [text]
+            return r.status, r.headers.get("Retry-After", ""), last[0]
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
+        return list(await asyncio.gather(*(one(s) for _ in range(n))))
+
+
+def test_admission_bound_and_fatal_exit_through_the_cluster(cluster, truth_ns, truth_operator, truth_models):
+    """spec.serving.maxQueuedRequests reaches the runtime (429 + Retry-After through the Service); a broken
+    engine makes the container exit 3 with its report as the termination message, and it recovers."""
+    name = "bounded"
+    spec = {
+        "model": pvc_model("tiny-llm"),
+        "scheduler": {"maxNumSeqs": 1},
+        "serving": {"maxQueuedRequests": 0},  # one request at a time per pod, no waiting room
+    }
+    cluster.apply(llms(name, spec), truth_ns)
+    cluster.wait_for(lambda: status(cluster, truth_ns, name).get("phase") == "Ready", 240, "bounded Ready")
+    ip = cluster.get("service", name, truth_ns)["spec"]["clusterIP"]
+    results = asyncio.run(_burst(f"http://{ip}:8000", 6))
+    ok = [r for r in results if r[0] == 200]
+    refused = [r for r in results if r[0] == 429]
+    assert ok and refused and len(ok) + len(refused) == 6, results
+    assert all(r[2] == "data: [DONE]" for r in ok)
+    assert all(int(r[1]) >= 1 and json.loads(r[2])["error"]["code"] == "queue_full" for r in refused)
+
+    # the engine process dies: the container exits 3 and the kubelet keeps its report
+    pod = first_pod(cluster, truth_ns, name)["metadata"]["name"]
+    engine = [pid for pid, cmd in _runtime_pids(pod) if b"spawn_main" in cmd]
+    assert len(engine) == 1, _runtime_pids(pod)
+    os.kill(engine[0], signal.SIGKILL)
+
+    def restarted():
+        cs = (cluster.get("pod", pod, truth_ns) or {}).get("status", {}).get("containerStatuses") or [{}]
+        last = cs[0].get("lastState", {}).get("terminated")
+        return last if cs[0].get("restartCount", 0) >= 1 and last else None
+
+    last = cluster.wait_for(restarted, 60, "the runtime container restarted")
+    assert last["exitCode"] == 3
+    report = json.loads(last["message"].strip().splitlines()[-1])
+    assert report["state"] == "failed" and "engine process" in report["pipeline"]["message"], report
+    cluster.wait_for(lambda: status(cluster, truth_ns, name).get("phase") == "Ready", 120, "Ready again")
+    assert asyncio.run(_burst(f"http://{ip}:8000", 1))[0][0] == 200
     cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false")

@@ -53,9 +53,7 @@ def _gauges(srv) -> tuple[float, float]:
 )
 def test_bounded_admission_answers_429_with_retry_after(tiny_models, server_factory, model, args, capacity):
     queued_max = 4
-    srv = server_factory(
-        tiny_models / model, "--served-name", "m", "--max-queued-requests", str(queued_max), *args
-    )
+    srv = server_factory(tiny_models / model, "--served-name", "m", "--max-queued-requests", str(queued_max), *args)
     clients = 40
     samples: list[tuple[float, float]] = []
 
