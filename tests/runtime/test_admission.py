@@ -43,7 +43,9 @@ def _session(timeout: float) -> aiohttp.ClientSession:
 
 
 def _gauges(srv) -> tuple[float, float]:
-    return srv.metric("ovserve_queue_depth"), srv.metric("ovserve_requests_running")
+    """(queue depth, running) from ONE scrape."""
+    values = dict(line.rsplit(" ", 1) for line in srv.metrics().splitlines() if line.startswith("ovserve_"))
+    return float(values["ovserve_queue_depth"]), float(values["ovserve_requests_running"])
 
 
 @pytest.mark.parametrize(
