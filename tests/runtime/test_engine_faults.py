@@ -81,6 +81,12 @@ async def _drive(engine, reqs: list[GenRequest], arm, arm_when) -> list[list]:
     return results[:-1]
 
 
+def _until(pred, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def cb(tiny_models):
     pipe = Faulty(construct_cb(str(tiny_models / "tiny-llm"), "CPU", Sched(), THREADS))
@@ -105,6 +111,7 @@ def test_step_raising_answers_20_active_and_20_queued(cb):
     # the 20 that generated got tokens first; the 20 queued ones got nothing but the error
     assert sum(1 for ev in results if len(ev) > 1) == 20
     assert (engine.waiting, engine.running) == (0, 0)
+    _until(lambda: fatal)  # on_fatal runs on the engine thread right after the errors went out
     assert len(fatal) == 1 and "device lost" in fatal[0] and engine.fatal == fatal[0]
     with pytest.raises(EngineError):
         engine.submit(_request(engine, 4))
@@ -163,6 +170,7 @@ def test_legacy_generate_breaking_answers_the_queue(tiny_models):
         assert results[0][-1] == ("done", "cancelled")
         assert all(ev == [("error", ev[-1][1])] and "device lost" in ev[-1][1] for ev in results[1:]), results
         assert (engine.waiting, engine.running) == (0, 0)
+        _until(lambda: fatal)
         assert len(fatal) == 1
         with pytest.raises(EngineError):
             engine.submit(_request(engine, 4))
