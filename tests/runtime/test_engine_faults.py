@@ -103,7 +103,12 @@ def test_step_raising_answers_20_active_and_20_queued(cb):
     reqs = [_request(engine, 400, f"number {i}") for i in range(40)]
     t0 = time.monotonic()
     results = asyncio.run(
-        _drive(engine, reqs, pipe.fail_step.set, lambda: engine.running == 20 and engine.waiting == 20)
+        _drive(
+            engine,
+            reqs,
+            pipe.fail_step.set,
+            lambda: engine.waiting == 20 and sum(r.generated > 0 for r in reqs) == 20,
+        )
     )
     assert time.monotonic() - t0 < 30
     ends = [ev[-1] for ev in results]
