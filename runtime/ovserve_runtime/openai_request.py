@@ -25,6 +25,9 @@ MAX_TOP_K = 2**31 - 1
 MAX_SEED = 2**64 - 1
 MAX_STOP = 16
 MAX_STOP_CHARS = 1024
+# GenerationConfig floats are float32: a positive double below this rounds to 0 there and fails its
+# "strictly positive" checks at generation time. Temperatures below it mean greedy (vLLM does the same).
+MIN_POSITIVE = 1e-6
 
 
 class RequestError(Exception):
@@ -91,12 +94,12 @@ class _Common(_Strict):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     temperature: Float | None = Field(None, ge=0, le=2)
-    top_p: Float | None = Field(None, gt=0, le=1)
+    top_p: Float | None = Field(None, ge=MIN_POSITIVE, le=1)
     top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)  # extension; 0 = off
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    repetition_penalty: Float | None = Field(None, gt=0, le=100)  # extension
+    repetition_penalty: Float | None = Field(None, ge=MIN_POSITIVE, le=100)  # extension
     stop: list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] | None = Field(None, max_length=MAX_STOP)
     n: int | None = Field(None, ge=1, le=1)
     ignore_eos: bool | None = None  # extension
@@ -112,6 +115,11 @@ class _Common(_Strict):
         if self.stream_options is not None and not self.stream:
             raise PydanticCustomError("stream_options", "'stream_options' is only allowed when 'stream' is true")
         return self
+
+    @property
+    def sampling(self) -> bool:
+        """False: greedy (no temperature, 0, or one too small to be a float32 temperature)."""
+        return self.temperature is not None and self.temperature >= MIN_POSITIVE
 
     @property
     def include_usage(self) -> bool:

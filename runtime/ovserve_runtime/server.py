@@ -306,7 +306,7 @@ class App:
 
         cfg = engine.new_config()
         cfg.max_new_tokens = max_tokens
-        if body.temperature is not None and body.temperature > 0:
+        if body.sampling:
             cfg.do_sample = True
             cfg.temperature = body.temperature
             if body.top_p is not None:
@@ -327,6 +327,11 @@ class App:
             cfg.stop_strings = set(body.stop)
         if body.ignore_eos:
             cfg.ignore_eos = True
+        try:  # openvino-genai's own checks, here rather than as a failure at generation time
+            cfg.validate()
+        except Exception as exc:
+            msg = str(exc).strip().splitlines()[-1]
+            raise ApiError(400, f"invalid generation parameters: {msg}", code="invalid_value") from exc
         if engine.is_vlm:
             greq = GenRequest(config=cfg, max_new_tokens=max_tokens, prompt=prompt, images=images)
         else:
