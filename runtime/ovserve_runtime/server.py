@@ -247,6 +247,15 @@ class App:
 
     def _prepare_sync(self, raw: bytes, chat: bool):
         try:
+            return self._prepare_checked(raw, chat)
+        except ApiError:
+            raise
+        except Exception as exc:  # a bug or a tokenizer failure: a counted JSON 500, never a hang
+            log.exception("preparing a request failed")
+            raise ApiError(500, "internal server error", "server_error", code="internal_error") from exc
+
+    def _prepare_checked(self, raw: bytes, chat: bool):
+        try:
             body = parse(raw, chat)
         except RequestError as exc:
             raise ApiError(400, exc.message, param=exc.param, code=exc.code) from None
