@@ -114,14 +114,25 @@ class App:
         self.web.on_cleanup.append(self._close_pool)
         r = self.web.router
         for prefix in ("/v3", "/v1"):
-            r.add_post(f"{prefix}/chat/completions", self.chat)
-            r.add_post(f"{prefix}/completions", self.completions)
+            r.add_post(f"{prefix}/chat/completions", self.chat, expect_handler=self._expect)
+            r.add_post(f"{prefix}/completions", self.completions, expect_handler=self._expect)
             r.add_get(f"{prefix}/models", self.models)
             r.add_get(f"{prefix}/models/{{model}}", self.model)
         r.add_get("/v1/status", self.status)
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.ready)
         r.add_get("/metrics", self.prom)
+
+    async def _expect(self, request: web.Request) -> web.StreamResponse | None:
+        """`Expect: 100-continue` (curl sends it for bodies over 1 MiB): a body over the limit is refused
+        before the client uploads it."""
+        if request.content_length is not None and request.content_length > self.cfg.max_body_bytes:
+            return _too_large(request.content_length, self.cfg.max_body_bytes).response()
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            return ApiError(417, "only 'Expect: 100-continue' is supported", code="expectation_failed").response()
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+        return None
 
     async def _close_pool(self, _app: web.Application) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

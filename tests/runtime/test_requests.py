@@ -220,6 +220,32 @@ def test_body_limit_declared_length(limited_vlm):
     assert "400000" in err["message"]
 
 
+def test_body_limit_expect_continue(limited_vlm):
+    """`Expect: 100-continue` (curl, over 1 MiB): the 413 comes instead of `100 Continue`, nothing is uploaded."""
+    with socket.create_connection(("127.0.0.1", limited_vlm.port), timeout=60) as s:
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 50000000\r\nExpect: 100-continue\r\n\r\n"
+        )
+        got = s.recv(65536)
+    assert got.startswith(b"HTTP/1.1 413 "), got[:200]
+    assert b'"request_too_large"' in got
+    # a body within the limit still gets its 100 Continue and is served
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    with socket.create_connection(("127.0.0.1", limited_vlm.port), timeout=60) as s:
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n".encode()
+            + b"Expect: 100-continue\r\nConnection: close\r\n\r\n"
+        )
+        assert s.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        got = b""
+        while part := s.recv(65536):
+            got += part
+    assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+
+
 def test_body_limit_chunked(limited_vlm):
     """A chunked body has no length: aiohttp stops at the limit, and the answer is still the JSON 413."""
     chunk = b"x" * 100000
