@@ -48,7 +48,7 @@ RUN sp=$(/opt/ovserve/bin/python -c "import sysconfig; print(sysconfig.get_paths
       rm -rf "$sp/openvino/libs/libopenvino_${fe}_frontend.so"* "$sp/openvino/frontend/$fe"; done \
  && rm -f /opt/ovserve/bin/activate* /opt/ovserve/bin/Activate.ps1 /opt/ovserve/bin/ovc /opt/ovserve/bin/benchmark_app \
       /opt/ovserve/bin/opt_in_out \
- && /opt/ovserve/bin/python -c "import openvino, openvino_genai, openvino_tokenizers, kopf, kubernetes.client, aiohttp, pydantic, prometheus_client, numpy, huggingface_hub; import multiprocessing as m; assert not m.active_children(), 'import forked'; print('deps ok', openvino.__version__, openvino.Core().available_devices)"
+ && /opt/ovserve/bin/python -c "import openvino, openvino_genai, openvino_tokenizers, kopf, kubernetes.client, aiohttp, pydantic, prometheus_client, numpy, huggingface_hub; from PIL import features; assert all(features.check(f) for f in ('zlib', 'jpg', 'webp')), 'Pillow codecs'; import multiprocessing as m; assert not m.active_children(), 'import forked'; print('deps ok', openvino.__version__, openvino.Core().available_devices)"
 
 # ---- final ----------------------------------------------------------------------------------------------
 FROM ${BASE}

@@ -63,12 +63,14 @@ def enter_netns(name: str) -> None:
 
 def run_on_host_network(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     """Run argv in the host's network namespace (this process may have entered the cluster's)."""
+
     def to_host() -> None:
         if ctypes.CDLL(None, use_errno=True).setns(HOST_NETNS_FD, _CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), "setns back to the host network namespace")
 
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, preexec_fn=to_host,
-                          pass_fds=(HOST_NETNS_FD,))
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, preexec_fn=to_host, pass_fds=(HOST_NETNS_FD,)
+    )
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.5) -> T:
@@ -107,11 +109,16 @@ class Cluster:
         self.script = HACK / "cluster.sh"
 
     def run(self, argv: list[str], *, input: str | None = None, check: bool = True, timeout: float = 120):
-        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
+        proc = subprocess.run(
+            argv,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+        )
         if check and proc.returncode != 0:
-            pytest.fail(f"`{shlex.join(argv)}` exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}",
-                        pytrace=False)
+            pytest.fail(f"`{shlex.join(argv)}` exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
         return proc
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120):
@@ -156,8 +163,10 @@ class Cluster:
     def diagnostics(self, namespace: str) -> str:
         """What a human would look at when a test in `namespace` failed."""
         parts = []
-        for args in (["get", "all,events,llmservings", "-n", namespace, "-o", "wide"],
-                     ["describe", "pods", "-n", namespace]):
+        for args in (
+            ["get", "all,events,llmservings", "-n", namespace, "-o", "wide"],
+            ["describe", "pods", "-n", namespace],
+        ):
             proc = self.kubectl(*args, check=False)
             parts.append(f"$ kubectl {' '.join(args)}\n{proc.stdout}{proc.stderr}")
         pods = self.get("pods", namespace=namespace) or {"items": []}
@@ -190,8 +199,13 @@ def parse_table(out: str) -> list[dict[str, str]]:
 
 
 def _cluster_script(*args: str, env: dict[str, str] | None = None, timeout: float = 600):
-    return subprocess.run(["bash", str(HACK / "cluster.sh"), *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        ["bash", str(HACK / "cluster.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="session")
@@ -232,14 +246,21 @@ def pytest_runtest_makereport(item, call):
 def namespace(cluster: Cluster, request) -> Iterable[str]:
     """A fresh namespace that enforces the restricted Pod Security Standard; diagnostics on failure."""
     name = f"t-{_dns_label(request.node.name, 40)}-{uuid.uuid4().hex[:5]}"
-    cluster.apply({
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name, "labels": {
-            "pod-security.kubernetes.io/enforce": "restricted",
-            "pod-security.kubernetes.io/enforce-version": "latest",
-            "pod-security.kubernetes.io/warn": "restricted",
-            "ovserve.dev/test": "true"}},
-    })
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                    "pod-security.kubernetes.io/warn": "restricted",
+                    "ovserve.dev/test": "true",
+                },
+            },
+        }
+    )
     # Pods are refused until the namespace's default ServiceAccount exists.
     wait_for(lambda: cluster.get("serviceaccount", "default", name), 60, f"ServiceAccount default in {name}")
     yield name

@@ -194,6 +194,40 @@ def build_parser() -> argparse.ArgumentParser:
         "[OVSERVE_MAX_QUEUED_REQUESTS]",
     )
     h.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=env_default("max_body_bytes", 32 * 1024 * 1024, int),
+        help="larger request bodies get 413 request_too_large, refused on Content-Length before they "
+        "are read (default 32 MiB) [OVSERVE_MAX_BODY_BYTES]",
+    )
+    h.add_argument(
+        "--max-images",
+        type=int,
+        default=env_default("max_images", 16, int),
+        help="image_url parts per request; more get 400 too_many_images (default 16) [OVSERVE_MAX_IMAGES]",
+    )
+    h.add_argument(
+        "--max-image-pixels",
+        type=int,
+        default=env_default("max_image_pixels", 4096 * 4096, int),
+        help="width x height of one image, read from its header before decoding; larger get 413 "
+        "image_too_large (default 16777216 = 4096x4096) [OVSERVE_MAX_IMAGE_PIXELS]",
+    )
+    h.add_argument(
+        "--max-decoded-image-bytes",
+        type=int,
+        default=env_default("max_decoded_image_bytes", 256 * 1024 * 1024, int),
+        help="decoded RGB bytes of all the images of one request; beyond, 413 image_too_large "
+        "(default 256 MiB) [OVSERVE_MAX_DECODED_IMAGE_BYTES]",
+    )
+    h.add_argument(
+        "--prepare-threads",
+        type=int,
+        default=env_default("prepare_threads", 0, int),
+        help="threads that validate requests, apply the chat template, tokenize and decode images, off "
+        "the event loop; 0 = min(4, CPUs) [OVSERVE_PREPARE_THREADS]",
+    )
+    h.add_argument(
         "--log-level",
         default=env_default("log_level", "INFO", str.upper),
         help="DEBUG, INFO, WARNING, ERROR [OVSERVE_LOG_LEVEL]",
@@ -254,6 +288,11 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
             max_prompt_tokens=args.max_prompt_tokens,
             default_max_tokens=args.default_max_tokens,
             max_queued_requests=args.max_queued_requests,
+            max_body_bytes=args.max_body_bytes,
+            max_images=args.max_images,
+            max_image_pixels=args.max_image_pixels,
+            max_decoded_image_bytes=args.max_decoded_image_bytes,
+            prepare_threads=args.prepare_threads,
         ),
         report,
     )

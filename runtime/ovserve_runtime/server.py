@@ -3,6 +3,11 @@
 The server owns no pipeline: it turns requests into engine.GenRequest objects and streams the token
 events the engine pushes back. Every request that reaches the engine is cancelled in a `finally` when
 the handler ends early (client disconnect, write error), so the engine gives its slot back.
+
+The event loop does I/O: the body is read with a size bound (checked on Content-Length before reading),
+then validation (openai_request), the chat template, tokenization and image decoding run in a bounded
+thread pool. A middleware turns anything that escapes a handler (aiohttp's 404/405/413, an unexpected
+exception) into the OpenAI error JSON, never aiohttp's plain text.
 """
 
 from __future__ import annotations
@@ -10,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +27,7 @@ from aiohttp import web
 from .admission import Admission
 from .detok import Detokenizer
 from .metrics import Metrics
+from .openai_request import ChatRequest, CompletionRequest, RequestError, parse
 from .report import Reason, RuntimeReport, State
 
 log = logging.getLogger("ovserve.server")
@@ -31,6 +39,11 @@ class ServerConfig:
     max_prompt_tokens: int = 0  # 0: the model's max position
     default_max_tokens: int = 512
     max_queued_requests: int = 256  # beyond max_num_seqs generating + this many waiting: 429
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_images: int = 16  # image parts per request
+    max_image_pixels: int = 4096 * 4096  # per image, from its header, before decoding
+    max_decoded_image_bytes: int = 256 * 1024 * 1024  # RGB bytes of all the images of one request
+    prepare_threads: int = 0  # validation/template/tokenize/decode workers; 0: min(4, CPUs)
 
 
 class ApiError(Exception):
@@ -50,26 +63,39 @@ class ApiError(Exception):
         return web.json_response(body, status=self.status, headers=headers)
 
 
-def _num(
-    body: dict, key: str, kind: type, lo: float | None = None, hi: float | None = None, lo_open: bool = False
-) -> Any:
-    v = body.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)):
-        raise ApiError(
-            400,
-            f"'{key}' must be {'an integer' if kind is int else 'a number'}",
-            param=key,
-            code="invalid_type",
-        )
-    if lo is not None and (v <= lo if lo_open else v < lo):
-        raise ApiError(
-            400, f"'{key}' must be {'>' if lo_open else '>='} {lo}, got {v}", param=key, code="invalid_value"
-        )
-    if hi is not None and v > hi:
-        raise ApiError(400, f"'{key}' must be <= {hi}, got {v}", param=key, code="invalid_value")
-    return v
+def _too_large(size: int | None, limit: int) -> ApiError:
+    got = f"{size} bytes" if size is not None else "more"
+    return ApiError(413, f"the request body is {got}; the limit is {limit} bytes", code="request_too_large")
+
+
+# aiohttp's own refusals (no route, wrong method, body over client_max_size) in OpenAI format
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+STREAMING = "ovserve.streaming"  # request key: set once an SSE response has been sent its headers
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler) -> web.StreamResponse:
+    """Nothing leaves as plain text: HTTP errors and unexpected exceptions become the OpenAI error JSON."""
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return err.response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = _HTTP_CODES.get(exc.status, "http_error")
+        err = ApiError(exc.status, f"{exc.reason}: {request.method} {request.path}", code=code)
+        resp = err.response()
+        if "Allow" in exc.headers:
+            resp.headers["Allow"] = exc.headers["Allow"]
+        return resp
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        if request.get(STREAMING):
+            raise  # the 200 headers are out: aiohttp closes the connection, the client sees a cut stream
+        return ApiError(500, "internal server error", "server_error", code="internal_error").response()
 
 
 class App:
@@ -85,17 +111,36 @@ class App:
         self.metrics.queue_limit.set(cfg.max_queued_requests)
         self.inflight: set = set()  # GenRequests submitted and not answered: the fatal path ends them all
         self.created = int(time.time())
-        self.web = web.Application(client_max_size=64 * 1024 * 1024)
+        self.pool = ThreadPoolExecutor(
+            max_workers=cfg.prepare_threads or min(4, os.cpu_count() or 1), thread_name_prefix="prepare"
+        )
+        # client_max_size bounds a chunked body too (Content-Length is checked before reading)
+        self.web = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[json_errors])
+        self.web.on_cleanup.append(self._close_pool)
         r = self.web.router
         for prefix in ("/v3", "/v1"):
-            r.add_post(f"{prefix}/chat/completions", self.chat)
-            r.add_post(f"{prefix}/completions", self.completions)
+            r.add_post(f"{prefix}/chat/completions", self.chat, expect_handler=self._expect)
+            r.add_post(f"{prefix}/completions", self.completions, expect_handler=self._expect)
             r.add_get(f"{prefix}/models", self.models)
             r.add_get(f"{prefix}/models/{{model}}", self.model)
         r.add_get("/v1/status", self.status)
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.ready)
         r.add_get("/metrics", self.prom)
+
+    async def _expect(self, request: web.Request) -> web.StreamResponse | None:
+        """`Expect: 100-continue` (curl sends it for bodies over 1 MiB): a body over the limit is refused
+        before the client uploads it."""
+        if request.content_length is not None and request.content_length > self.cfg.max_body_bytes:
+            return _too_large(request.content_length, self.cfg.max_body_bytes).response()
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            return ApiError(417, "only 'Expect: 100-continue' is supported", code="expectation_failed").response()
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+        return None
+
+    async def _close_pool(self, _app: web.Application) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     # --- state ---------------------------------------------------------------------------------
     def set_report(self, report: RuntimeReport) -> None:
@@ -194,14 +239,13 @@ class App:
 
     async def _admitted(self, request: web.Request, chat: bool, endpoint: str, arrived: float) -> web.StreamResponse:
         try:
-            body = await self._body(request)
-            greq, prompt_tokens = self._build(body, chat)
+            raw = await self._read_body(request)
+            body, greq, prompt_tokens = await self._prepare(raw, chat)
         except ApiError as err:
             self.metrics.requests.labels(endpoint, str(err.status)).inc()
             return err.response()
-        stream = bool(body.get("stream"))
-        opts = body.get("stream_options") or {}
-        include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+        stream = bool(body.stream)
+        include_usage = body.include_usage
         greq.loop = asyncio.get_running_loop()
         greq.events = asyncio.Queue()
         greq.submitted_at = arrived
@@ -241,62 +285,60 @@ class App:
             if greq.generated > 1:
                 m.tpot.observe((end - greq.first_token_at) / (greq.generated - 1))
 
-    async def _body(self, request: web.Request) -> dict:
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The raw body, refused with 413 before it is read when it declares (or turns out) too large."""
+        limit = self.cfg.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise _too_large(request.content_length, limit)
         try:
-            body = json.loads(await request.read() or b"null")
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"invalid JSON body: {exc}", code="invalid_json") from exc
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
-        if "model" in body and body["model"] != self.cfg.served_name:
-            raise self._unknown_model(body["model"])
-        if self.engine is None or self.report.state != State.READY:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:  # chunked: aiohttp stops reading at the limit
+            raise _too_large(None, limit) from exc
+
+    async def _prepare(self, raw: bytes, chat: bool):
+        """Validation, chat template, tokenization and image decoding, in the bounded pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self._prepare_sync, raw, chat)
+
+    def _prepare_sync(self, raw: bytes, chat: bool):
+        try:
+            return self._prepare_checked(raw, chat)
+        except ApiError:
+            raise
+        except Exception as exc:  # a bug or a tokenizer failure: a counted JSON 500, never a hang
+            log.exception("preparing a request failed")
+            raise ApiError(500, "internal server error", "server_error", code="internal_error") from exc
+
+    def _prepare_checked(self, raw: bytes, chat: bool):
+        try:
+            body = parse(raw, chat)
+        except RequestError as exc:
+            raise ApiError(400, exc.message, param=exc.param, code=exc.code) from None
+        if body.model is not None and body.model != self.cfg.served_name:
+            raise self._unknown_model(body.model)
+        engine = self.engine
+        if engine is None or self.report.state != State.READY:
             raise ApiError(
                 503,
                 f"the model is not ready (state {self.report.state})",
                 "server_error",
                 code="model_not_ready",
             )
-        if self.engine.fatal is not None:
-            raise ApiError(503, f"the pipeline failed: {self.engine.fatal}", "server_error", code="pipeline_failed")
-        return body
+        if engine.fatal is not None:
+            raise ApiError(503, f"the pipeline failed: {engine.fatal}", "server_error", code="pipeline_failed")
+        greq, prompt_tokens = self._build(engine, body)
+        return body, greq, prompt_tokens
 
-    def _build(self, body: dict, chat: bool):
+    def _build(self, engine, body: ChatRequest | CompletionRequest):
         from .engine import GenRequest
 
-        engine = self.engine
+        chat = isinstance(body, ChatRequest)
         images: list = []
         if chat:
-            prompt, images = self._chat_prompt(body.get("messages"))
+            prompt, images = self._chat_prompt(engine, body)
         else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if not isinstance(prompt, str):
-                raise ApiError(
-                    400,
-                    "'prompt' must be a string (or a list of one string)",
-                    param="prompt",
-                    code="invalid_type",
-                )
-        n = _num(body, "n", int, 1, 1)
-        del n
-        max_tokens = _num(body, "max_completion_tokens", int, 1)
-        if max_tokens is None:
-            max_tokens = _num(body, "max_tokens", int, 1)
-        temperature = _num(body, "temperature", float, 0, 2)
-        top_p = _num(body, "top_p", float, 0, 1, lo_open=True)
-        top_k = _num(body, "top_k", int, 0)
-        seed = _num(body, "seed", int, 0)
-        presence = _num(body, "presence_penalty", float, -2, 2)
-        frequency = _num(body, "frequency_penalty", float, -2, 2)
-        repetition = _num(body, "repetition_penalty", float, 0, lo_open=True)
-        stop = body.get("stop")
-        if stop is not None:
-            if isinstance(stop, str):
-                stop = [stop]
-            if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop) or len(stop) > 16:
-                raise ApiError(400, "'stop' must be a string or a list of up to 16 strings", param="stop")
+            prompt = body.text
+        max_tokens = body.new_tokens()
+        max_param = "max_completion_tokens" if chat and body.max_completion_tokens is not None else "max_tokens"
 
         tok = engine.tokenizer
         # chat: the template carries its own special tokens; completions: add BOS like the model expects
@@ -319,92 +361,95 @@ class App:
         elif room is not None and max_tokens > room:
             raise ApiError(
                 400,
-                f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the "
+                f"prompt ({prompt_tokens} tokens) + {max_param} ({max_tokens}) exceeds the "
                 f"model's context of {self.max_position} tokens",
-                param="max_tokens",
+                param=max_param,
                 code="context_length_exceeded",
             )
 
         cfg = engine.new_config()
         cfg.max_new_tokens = max_tokens
-        if temperature is not None and temperature > 0:
+        if body.sampling:
             cfg.do_sample = True
-            cfg.temperature = float(temperature)
-            if top_p is not None:
-                cfg.top_p = float(top_p)
-            if top_k:
-                cfg.top_k = int(top_k)
-            if seed is not None:
-                cfg.rng_seed = int(seed)
+            cfg.temperature = body.temperature
+            if body.top_p is not None:
+                cfg.top_p = body.top_p
+            if body.top_k:
+                cfg.top_k = body.top_k
+            if body.seed is not None:
+                cfg.rng_seed = body.seed
         else:
             cfg.do_sample = False
-        if presence:
-            cfg.presence_penalty = float(presence)
-        if frequency:
-            cfg.frequency_penalty = float(frequency)
-        if repetition:
-            cfg.repetition_penalty = float(repetition)
-        if stop:
-            cfg.stop_strings = set(stop)
-        if body.get("ignore_eos"):
+        if body.presence_penalty:
+            cfg.presence_penalty = body.presence_penalty
+        if body.frequency_penalty:
+            cfg.frequency_penalty = body.frequency_penalty
+        if body.repetition_penalty:
+            cfg.repetition_penalty = body.repetition_penalty
+        if body.stop:
+            cfg.stop_strings = set(body.stop)
+        if body.ignore_eos:
             cfg.ignore_eos = True
+        try:  # openvino-genai's own checks, here rather than as a failure at generation time
+            cfg.validate()
+        except Exception as exc:
+            msg = str(exc).strip().splitlines()[-1]
+            raise ApiError(400, f"invalid generation parameters: {msg}", code="invalid_value") from exc
         if engine.is_vlm:
             greq = GenRequest(config=cfg, max_new_tokens=max_tokens, prompt=prompt, images=images)
         else:
             greq = GenRequest(config=cfg, max_new_tokens=max_tokens, input_ids=ids)
         return greq, prompt_tokens
 
-    def _chat_prompt(self, messages: Any) -> tuple[str, list]:
-        from .images import ImageError, decode_data_url, to_tensor
+    def _chat_prompt(self, engine, body: ChatRequest) -> tuple[str, list]:
+        from .images import ImageBudget, ImageError, ImageLimits, decode_data_url, to_tensor
 
-        if not isinstance(messages, list) or not messages:
-            raise ApiError(400, "'messages' must be a non-empty list", param="messages")
-        vlm = self.engine.is_vlm
+        limits = ImageLimits(
+            max_images=self.cfg.max_images,
+            max_pixels=self.cfg.max_image_pixels,
+            max_decoded_bytes=self.cfg.max_decoded_image_bytes,
+        )
+        parts_with_images = [
+            (i, j)
+            for i, m in enumerate(body.messages)
+            for j, part in enumerate(m.content or ())
+            if part.type == "image_url"
+        ]
+        if parts_with_images and not engine.is_vlm:
+            i, j = parts_with_images[0]
+            raise ApiError(
+                400,
+                "this model is text-only: image_url content is not supported",
+                param=f"messages[{i}].content[{j}]",
+                code="unsupported_value",
+            )
+        if len(parts_with_images) > limits.max_images:
+            raise ApiError(
+                400,
+                f"{len(parts_with_images)} images in one request, more than the limit of {limits.max_images}",
+                param="messages",
+                code="too_many_images",
+            )
+        budget = ImageBudget(limits)
         flat: list[dict] = []
         images: list = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise ApiError(400, f"messages[{i}] must be an object with a 'role'", param=f"messages[{i}]")
-            content = m.get("content")
-            if content is None:
-                content = ""
-            if isinstance(content, list):
-                parts = []
-                for j, part in enumerate(content):
-                    ptype = part.get("type") if isinstance(part, dict) else None
-                    if ptype == "text" and isinstance(part.get("text"), str):
-                        parts.append(part["text"])
-                    elif ptype == "image_url":
-                        if not vlm:
-                            raise ApiError(
-                                400,
-                                "this model is text-only: image_url content is not supported",
-                                param=f"messages[{i}].content[{j}]",
-                            )
-                        url = part.get("image_url")
-                        url = url.get("url") if isinstance(url, dict) else url
-                        try:
-                            img = decode_data_url(url if isinstance(url, str) else "")
-                        except ImageError as exc:
-                            raise ApiError(400, str(exc), param=f"messages[{i}].content[{j}]") from exc
-                        parts.append(f"<ov_genai_image_{len(images)}>")
-                        images.append(to_tensor(img))
-                    else:
-                        raise ApiError(
-                            400,
-                            f"unsupported content part type {ptype!r}",
-                            param=f"messages[{i}].content[{j}]",
-                        )
-                content = "".join(parts)
-            elif not isinstance(content, str):
-                raise ApiError(
-                    400,
-                    f"messages[{i}].content must be a string or a list of parts",
-                    param=f"messages[{i}].content",
-                )
-            flat.append({"role": m["role"], "content": content})
+        for i, m in enumerate(body.messages):
+            parts = []
+            for j, part in enumerate(m.content or ()):
+                if part.type == "text":
+                    parts.append(part.text)
+                    continue
+                try:
+                    img = decode_data_url(part.image_url.url, budget)
+                except ImageError as exc:
+                    raise ApiError(
+                        exc.status, str(exc), param=f"messages[{i}].content[{j}].image_url", code=exc.code
+                    ) from exc
+                parts.append(f"<ov_genai_image_{len(images)}>")
+                images.append(to_tensor(img))
+            flat.append({"role": m.role, "content": "".join(parts)})
         try:
-            prompt = self.engine.tokenizer.apply_chat_template(flat, add_generation_prompt=True)
+            prompt = engine.tokenizer.apply_chat_template(flat, add_generation_prompt=True)
         except Exception:
             # a model without a chat template: a plain transcript
             prompt = "".join(f"{m['role']}: {m['content']}\n" for m in flat) + "assistant:"
@@ -501,6 +546,7 @@ class App:
             }
         )
         await resp.prepare(request)
+        request[STREAMING] = True
         detok = Detokenizer(self.engine.tokenizer, self.engine.token_table)
         if chat:
             await resp.write(chunk("", None, first=True))

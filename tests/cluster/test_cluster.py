@@ -48,10 +48,16 @@ def base_image(cluster) -> str:
 def pod_spec(command: list[str], **extra) -> dict:
     return {
         "automountServiceAccountToken": False,
-        "containers": [{
-            "name": "main", "image": BASE_IMAGE, "imagePullPolicy": "Never", "command": command,
-            "securityContext": RESTRICTED, "terminationMessagePolicy": "FallbackToLogsOnError",
-        }],
+        "containers": [
+            {
+                "name": "main",
+                "image": BASE_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": command,
+                "securityContext": RESTRICTED,
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+            }
+        ],
         **extra,
     }
 
@@ -67,15 +73,33 @@ def http_get(url: str) -> str:
 
 def test_restricted_deployment_is_ready_and_reachable(cluster, namespace, base_image):
     labels = {"app": "hello"}
-    cluster.apply([
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hello"},
-         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                  "template": {"metadata": {"labels": labels}, "spec": {
-                      **pod_spec(["python3", "-c", HELLO_SERVER]),
-                      "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}}}}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hello"},
-         "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": 8080}]}},
-    ], namespace)
+    cluster.apply(
+        [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "hello"},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            **pod_spec(["python3", "-c", HELLO_SERVER]),
+                            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                        },
+                    },
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "hello"},
+                "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": 8080}]},
+            },
+        ],
+        namespace,
+    )
     cluster.kubectl("rollout", "status", "deployment/hello", "-n", namespace, "--timeout=120s", timeout=150)
     pods = cluster.get("pods", namespace=namespace)["items"]
     assert len(pods) == 1
@@ -118,9 +142,17 @@ def test_crashing_container_reports_its_last_stderr_line(cluster, namespace, bas
 def test_deleting_the_owner_garbage_collects_children(cluster, namespace):
     cluster.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}}, namespace)
     uid = cluster.get("configmap", "owner", namespace)["metadata"]["uid"]
-    cluster.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "child", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}]}},
-        namespace)
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "child",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}],
+            },
+        },
+        namespace,
+    )
     assert cluster.get("configmap", "child", namespace) is not None
     cluster.delete("configmap", "owner", namespace)
     wait_for(lambda: cluster.get("configmap", "child", namespace) is None, 60, "the garbage collector to delete child")
@@ -147,8 +179,11 @@ def test_service_account_token_reaches_apiserver_and_rbac_denies(cluster, namesp
     p = pod("sa-probe", ["python3", "-c", SA_PROBE], restartPolicy="Never")
     p["spec"]["automountServiceAccountToken"] = True
     cluster.apply(p, namespace)
-    wait_for(lambda: cluster.get("pod", "sa-probe", namespace)["status"].get("phase") == "Succeeded", 120,
-             "pod sa-probe to finish")
+    wait_for(
+        lambda: cluster.get("pod", "sa-probe", namespace)["status"].get("phase") == "Succeeded",
+        120,
+        "pod sa-probe to finish",
+    )
     lines = [json.loads(line) for line in cluster.kubectl("logs", "sa-probe", "-n", namespace).stdout.splitlines()]
     version, secrets = lines
     assert version["code"] == 200 and version["body"]["gitVersion"].startswith("v1.")
@@ -158,8 +193,14 @@ def test_service_account_token_reaches_apiserver_and_rbac_denies(cluster, namesp
 
 
 def gpu_pod(name: str) -> dict:
-    p = pod(name, ["python3", "-c", "import os, time; print('devices', os.environ.get('OVSERVE_FAKE_GPU_IDS'), "
-                                     "flush=True); time.sleep(3600)"])
+    p = pod(
+        name,
+        [
+            "python3",
+            "-c",
+            "import os, time; print('devices', os.environ.get('OVSERVE_FAKE_GPU_IDS'), flush=True); time.sleep(3600)",
+        ],
+    )
     p["spec"]["nodeSelector"] = {"intel.feature.node.kubernetes.io/gpu": "true"}
     p["spec"]["containers"][0]["resources"] = {"limits": {"gpu.intel.com/i915": "1"}}
     return p
@@ -169,8 +210,9 @@ def test_gpu_pod_schedules_only_while_the_device_plugin_runs(cluster, namespace,
     device_plugin.start(2)
     assert device_plugin.allocatable() == 2
     cluster.apply(gpu_pod("gpu-on"), namespace)
-    wait_for(lambda: cluster.get("pod", "gpu-on", namespace)["status"].get("phase") == "Running", 120,
-             "pod gpu-on Running")
+    wait_for(
+        lambda: cluster.get("pod", "gpu-on", namespace)["status"].get("phase") == "Running", 120, "pod gpu-on Running"
+    )
     logs = wait_for(lambda: cluster.logs("gpu-on", namespace), 30, "gpu-on logs")
     assert logs.startswith("devices fake-gpu-")
     cluster.delete("pod", "gpu-on", namespace, "--grace-period=0", "--force")
@@ -236,10 +278,20 @@ def test_down_leaves_nothing_behind_and_up_works_again(cluster, tmp_path_factory
     try:
         sh("up")
         sh("up")  # idempotent: a healthy cluster is left alone
-        pause = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
-                 "spec": {"containers": [{"name": "p", "image": "localhost/pause:1", "imagePullPolicy": "Never"}]}}
-        subprocess.run([*script, "kubectl", "apply", "-f", "-"], input=json.dumps(pause), env=env, check=True,
-                       capture_output=True, text=True)
+        pause = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "p", "image": "localhost/pause:1", "imagePullPolicy": "Never"}]},
+        }
+        subprocess.run(
+            [*script, "kubectl", "apply", "-f", "-"],
+            input=json.dumps(pause),
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
 
         def phase():
             out = sh("kubectl", "get", "pod", "p", "-o", "jsonpath={.status.phase}", check=False).stdout

@@ -114,6 +114,7 @@ def test_image_user_python_and_pins(cluster, project_image, namespace):
         "pydantic",
         "aiohttp",
         "prometheus-client",
+        "pillow",
     }
     for name in runtime_pins:
         assert facts["versions"][name] == pins[name], (name, facts["versions"][name], pins[name])

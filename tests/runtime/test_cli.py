@@ -165,9 +165,23 @@ def test_help_explains_every_option():
         "--kv-cache-precision",
         "--max-prompt-tokens",
         "--max-queued-requests",
+        "--max-body-bytes",
+        "--max-images",
+        "--max-image-pixels",
+        "--max-decoded-image-bytes",
+        "--prepare-threads",
     ):
         assert flag in out, flag
-    for env in ("OVSERVE_MAX_NUM_SEQS", "OVSERVE_KV_CACHE_PRECISION", "OVSERVE_PIPELINE_TYPE"):
+    for env in (
+        "OVSERVE_MAX_NUM_SEQS",
+        "OVSERVE_KV_CACHE_PRECISION",
+        "OVSERVE_PIPELINE_TYPE",
+        "OVSERVE_MAX_BODY_BYTES",
+        "OVSERVE_MAX_IMAGES",
+        "OVSERVE_MAX_IMAGE_PIXELS",
+        "OVSERVE_MAX_DECODED_IMAGE_BYTES",
+        "OVSERVE_PREPARE_THREADS",
+    ):
         assert env in out, env
     assert "never downgraded" in out
 

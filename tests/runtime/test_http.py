@@ -164,8 +164,8 @@ def test_sse_ends_with_done(cb_server):
             "max_tokens",
             "context_length_exceeded",
         ),
-        ("/v3/chat/completions", {"model": "tiny-llm", "messages": []}, 400, "messages", None),
-        ("/v3/completions", {"model": "tiny-llm"}, 400, "prompt", "invalid_type"),
+        ("/v3/chat/completions", {"model": "tiny-llm", "messages": []}, 400, "messages", "invalid_value"),
+        ("/v3/completions", {"model": "tiny-llm"}, 400, "prompt", "missing_required_parameter"),
         (
             "/v3/completions",
             {"model": "tiny-llm", "prompt": "x", "temperature": 5},
