@@ -21,8 +21,10 @@ against the same LM_CB server for each stream count N: streaming /v3/completions
 tokenizer.json), --max-tokens output tokens with ignore_eos, token counts from the server's usage. Its
 summary (output tok/s, req/s, TTFT and ITL p50/p99, errors) is printed beside our HTTP figures with the
 ratio of the two tools' throughput. aiperf keeps N requests in flight (a new one as each ends), ours sends
-N at once and waits for all: the steady state vs one burst, so expect aiperf's throughput a little higher
-when the tail of a burst is long.
+N at once and waits for all (steady state vs one burst). On the 2-core dev machine aiperf reads 0.6-0.8 of
+our throughput: its client spends several times more CPU per token than the lean client, on the cores the
+server uses, and refills a slot only after a round trip through its own processes, while the server's CPU
+per token is no higher under aiperf.
 
 usage: .venv/bin/python benchmarks/runtime_bench.py [--models tiny-llm,tiny-bench,bench-qwen]
          [--streams 1,16,64] [--legacy-streams 16,64 | --legacy-streams ''] [--max-tokens 64] [--reps 3]
