@@ -14,8 +14,21 @@ reps. Greedy, ignore_eos, --max-tokens tokens each. RSS: the serving process's V
 The default client is a lean aiohttp SSE reader (the client shares the CPU with the server, and the
 openai client's per-chunk parsing would dominate on small models); `--client openai` uses the openai client.
 
+Second opinion (`--aiperf`): after our own paired runs, NVIDIA AIPerf (`aiperf profile`, pinned in
+hack/bench/requirements-aiperf.txt, its own cached venv made on demand by hack/bench/aiperf-venv.sh) runs
+against the same LM_CB server for each stream count N: streaming /v3/completions, concurrency N,
+--aiperf-requests x N requests after N warmup requests, synthetic prompts as long as ours (the model's own
+tokenizer.json), --max-tokens output tokens with ignore_eos, token counts from the server's usage. Its
+summary (output tok/s, req/s, TTFT and ITL p50/p99, errors) is printed beside our HTTP figures with the
+ratio of the two tools' throughput. aiperf keeps N requests in flight (a new one as each ends), ours sends
+N at once and waits for all (steady state vs one burst). On the 2-core dev machine aiperf reads 0.6-0.8 of
+our throughput: its client spends several times more CPU per token than the lean client, on the cores the
+server uses, and refills a slot only after a round trip through its own processes, while the server's CPU
+per token is no higher under aiperf.
+
 usage: .venv/bin/python benchmarks/runtime_bench.py [--models tiny-llm,tiny-bench,bench-qwen]
          [--streams 1,16,64] [--legacy-streams 16,64 | --legacy-streams ''] [--max-tokens 64] [--reps 3]
+         [--aiperf [--aiperf-requests 4]]
        models are names under $OVSERVE_MODELS (/var/cache/ovserve/models) or paths; missing ones are skipped
        (tiny-bench: `hack/models/build.sh bench`, bench-qwen: `hack/models/bench-qwen.sh`).
 """
@@ -26,13 +39,17 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics as st
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
 
 SCHED = {"cache_size": 1, "max_num_seqs": 64, "max_num_batched_tokens": 256, "dynamic_split_fuse": True}
 
@@ -135,6 +152,93 @@ def raw_legacy(model: str, n: int, max_new: int, threads: int) -> Run:
     wall = time.perf_counter() - t0
     del pipe
     return _run(wall, t0, first, last, count)
+
+
+AIPERF_VENV_SCRIPT = Path(__file__).resolve().parent.parent / "hack" / "bench" / "aiperf-venv.sh"
+
+
+class AiperfMetric(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    avg: float
+    p50: float | None = None
+    p99: float | None = None
+
+
+class AiperfErrorCount(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    count: int
+
+
+class AiperfExport(BaseModel):
+    """What the bench reads of aiperf's profile_export_aiperf.json (schema 1.4, aiperf 0.13).
+
+    Latency metrics are in ms, throughputs per second; a metric no request produced (all failed) is absent.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+    aiperf_version: str = "?"
+    output_token_throughput: AiperfMetric | None = None
+    request_throughput: AiperfMetric | None = None
+    time_to_first_token: AiperfMetric | None = None
+    inter_token_latency: AiperfMetric | None = None
+    request_count: AiperfMetric | None = None
+    error_summary: list[AiperfErrorCount] = []
+
+    @property
+    def errors(self) -> int:
+        return sum(e.count for e in self.error_summary)
+
+
+def find_aiperf() -> str:
+    """The aiperf executable: $OVSERVE_AIPERF, else the pinned cached venv (created on demand).
+
+    Exits with a message, before anything is measured, when it is missing and cannot be installed.
+    """
+    exe = os.environ.get("OVSERVE_AIPERF")
+    if exe:
+        if not os.access(exe, os.X_OK):
+            raise SystemExit(f"--aiperf: OVSERVE_AIPERF={exe} is not an executable")
+        return exe
+    try:
+        p = subprocess.run(["bash", str(AIPERF_VENV_SCRIPT)], stdout=subprocess.PIPE, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SystemExit(f"--aiperf: {AIPERF_VENV_SCRIPT} failed: {e}") from None
+    if p.returncode != 0 or not p.stdout.strip():
+        raise SystemExit(
+            f"--aiperf: aiperf is not installed and {AIPERF_VENV_SCRIPT} could not install it (exit "
+            f"{p.returncode}, see above); run without --aiperf, or point OVSERVE_AIPERF at an aiperf executable"
+        )
+    return p.stdout.strip().splitlines()[-1]
+
+
+def run_aiperf(exe: str, url: str, model: str, n: int, requests: int, isl: int, max_tokens: int) -> dict:
+    """One `aiperf profile` at concurrency n against a running server; its summary, or {"error": ...}.
+
+    Artifacts go to a temp dir, removed on success and kept (named in the error) on failure.
+    """
+    d = tempfile.mkdtemp(prefix="ovserve-aiperf-")
+    cmd = [exe, "profile", "--model", "bench", "--url", url, "--endpoint-type", "completions"]
+    cmd += ["--custom-endpoint", "/v3/completions", "--streaming", "--use-server-token-count"]
+    cmd += ["--concurrency", str(n), "--request-count", str(requests), "--warmup-request-count", str(n)]
+    cmd += ["--isl", str(isl), "--isl-stddev", "0", "--osl", str(max_tokens), "--osl-stddev", "0"]
+    cmd += ["--extra-inputs", "ignore_eos:true", "--extra-inputs", "temperature:0"]
+    cmd += ["--tokenizer", model, "--random-seed", "0", "--artifact-dir", d, "--ui-type", "none"]
+    cmd += ["--no-server-metrics", "--no-gpu-telemetry"]
+    # its dataset mmap files would otherwise stay behind in /tmp
+    env = {**os.environ, "TMPDIR": d}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"aiperf timed out after 1800 s (artifacts in {d})"}
+    export = Path(d) / "profile_export_aiperf.json"
+    if p.returncode != 0 or not export.is_file():
+        log = Path(d) / "logs" / "aiperf.log"
+        errs = [x for x in log.read_text().splitlines() if " ERROR " in x] if log.is_file() else []
+        why = errs[0].split(" ERROR - ", 1)[-1][:300] if errs else (p.stdout + p.stderr).strip()[-300:]
+        return {"error": f"aiperf exited {p.returncode}: {why} (artifacts in {d})"}
+    res = {"export": AiperfExport.model_validate_json(export.read_text()), "requests": requests}
+    shutil.rmtree(d, ignore_errors=True)
+    return res
 
 
 def _free_port() -> int:
@@ -312,6 +416,13 @@ def bench_model(model: str, a) -> dict:
 
         asyncio.run(paired())
         out["rss_mb"], out["hwm_mb"] = srv.rss_mb()
+        if a.aiperf_exe:
+            isl = int(raw.tok.encode(prompts(1)[0], add_special_tokens=False).input_ids.shape[1])
+            out["aiperf"] = {"isl": isl, "runs": {}}
+            for n in ns:
+                k = a.aiperf_requests * n
+                print(f"== {model}: aiperf at concurrency {n}, {k} requests", file=sys.stderr)
+                out["aiperf"]["runs"][n] = run_aiperf(a.aiperf_exe, srv.url, model, n, k, isl, a.max_tokens)
     finally:
         srv.stop()
     raw = None  # free the raw pipeline before the legacy runs
@@ -368,6 +479,49 @@ def print_tables(res: dict, max_tokens: int) -> None:
             hc = cb["http"]["tok_s"] if cb else float("nan")
             rl, hl = d["raw"]["tok_s"], d["http"]["tok_s"]
             print(f"| {n} | {rc:.0f} | {rl:.0f} | {rc / rl:.1f}x | {hc:.0f} | {hl:.0f} | {hc / hl:.1f}x |")
+    if res.get("aiperf"):
+        print_aiperf(name, res, max_tokens)
+
+
+def _pq(m: AiperfMetric | None, fmt: str) -> str:
+    if m is None or m.p50 is None or m.p99 is None:
+        return "n/a"
+    return f"{m.p50:{fmt}}/{m.p99:{fmt}}"
+
+
+def print_aiperf(name: str, res: dict, max_tokens: int) -> None:
+    ap = res["aiperf"]
+    versions = {d["export"].aiperf_version for d in ap["runs"].values() if "export" in d}
+    print(
+        f"\n### {name}: second opinion, aiperf {', '.join(sorted(versions)) or '?'} against the same LM_CB server "
+        f"(streaming /v3/completions, {ap['isl']}-token synthetic prompts, {max_tokens} tokens, ignore_eos; "
+        "concurrency N kept in flight vs ours: N at once)\n"
+    )
+    print(
+        "| streams | our HTTP tok/s | aiperf tok/s | aiperf/ours | our req/s | aiperf req/s "
+        "| TTFT p50/p99 ms ours | TTFT p50/p99 ms aiperf | TPOT p50/p99 ms ours | ITL p50/p99 ms aiperf "
+        "| aiperf requests (errors) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    failed: list[str] = []
+    for n, d in ap["runs"].items():
+        h = res["cb"][n]["http"]
+        if "error" in d:
+            print(f"| {n} | {h['tok_s']:.0f} | failed | | {h['tok_s'] / max_tokens:.1f} | | | | | | |")
+            failed.append(f"aiperf at {n} streams: {d['error']}")
+            continue
+        e: AiperfExport = d["export"]
+        tok = e.output_token_throughput.avg if e.output_token_throughput else float("nan")
+        rps = e.request_throughput.avg if e.request_throughput else float("nan")
+        done = int(e.request_count.avg) if e.request_count else 0
+        print(
+            f"| {n} | {h['tok_s']:.0f} | {tok:.0f} | {tok / h['tok_s']:.2f} | {h['tok_s'] / max_tokens:.1f} "
+            f"| {rps:.1f} | {h['ttft_p50_ms']:.1f}/{h['ttft_p99_ms']:.1f} | {_pq(e.time_to_first_token, '.1f')} "
+            f"| {h['tpot_p50_ms']:.2f}/{h['tpot_p99_ms']:.2f} | {_pq(e.inter_token_latency, '.2f')} "
+            f"| {done}/{d['requests']} ({e.errors}) |"
+        )
+    for f in failed:
+        print(f)
 
 
 def main() -> None:
@@ -382,7 +536,15 @@ def main() -> None:
     ap.add_argument("--client", choices=["lean", "openai"], default="lean")
     ap.add_argument("--server-args", default="", help="extra ovserve-runtime flags, e.g. --no-engine-process")
     ap.add_argument("--json", action="store_true", help="also print one RESULT json line per model")
+    ap.add_argument(
+        "--aiperf",
+        action="store_true",
+        help="second opinion: also run NVIDIA AIPerf against the LM_CB server at each stream count "
+        "(its cached venv is created on demand by hack/bench/aiperf-venv.sh; OVSERVE_AIPERF overrides)",
+    )
+    ap.add_argument("--aiperf-requests", type=int, default=4, help="aiperf sends this many x N requests")
     a = ap.parse_args()
+    a.aiperf_exe = find_aiperf() if a.aiperf else None
     print(
         f"max_tokens {a.max_tokens}, {a.reps} paired reps, threads {a.threads}, client {a.client}, "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus",
@@ -396,7 +558,7 @@ def main() -> None:
         res = bench_model(str(path), a)
         print_tables(res, a.max_tokens)
         if a.json:
-            print("RESULT " + json.dumps(res))
+            print("RESULT " + json.dumps(res, default=lambda o: o.model_dump()))
         sys.stdout.flush()
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}", file=sys.stderr)
 
