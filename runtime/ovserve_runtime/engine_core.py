@@ -31,6 +31,10 @@ from .report import PipelineType
 
 log = logging.getLogger("ovserve.engine_core")
 
+# burst gathering when the engine wakes from idle: stop when no request came for BURST_GAP_S, at most BURST_MAX_S
+BURST_GAP_S = 0.002
+BURST_MAX_S = 0.05
+
 # GenerationConfig fields the server sets; they cross the pipe as plain values
 CONFIG_FIELDS = (
     "max_new_tokens",
@@ -93,8 +97,18 @@ class _CoreEngine(CBEngine):
         time.sleep(0)  # let the receiver thread take in new requests
 
     def _yield_to_loop(self) -> None:
+        """Idle -> busy: the requests of a burst arrive a little apart (the HTTP process parses and tokenizes
+        them one by one); wait while they keep coming, so that one prefill step takes them all instead of
+        the late ones waiting for a whole step of the early ones."""
         self._flush()
-        time.sleep(0.001)  # a burst of requests arrives a little apart: prefill them in one step
+        deadline = time.monotonic() + BURST_MAX_S
+        seen = self._inbox.qsize()
+        while time.monotonic() < deadline:
+            time.sleep(BURST_GAP_S)
+            now = self._inbox.qsize()
+            if now == seen:
+                return
+            seen = now
 
     def send(self, msg) -> None:
         with self.send_lock:
