@@ -53,6 +53,13 @@ def _env_bool(name: str) -> bool | None:
     raise SystemExit(f"OVSERVE_{name.upper().replace('-', '_')}: not a boolean: {v!r}")
 
 
+def _non_negative(v: str) -> float:
+    f = float(v)
+    if not f >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {v!r}")
+    return f
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ovserve-runtime",
@@ -172,6 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="max_tokens when a request sets none (capped by the context) [OVSERVE_DEFAULT_MAX_TOKENS]",
     )
     h.add_argument(
+        "--drain-timeout-seconds",
+        type=_non_negative,
+        default=env_default("drain_timeout_seconds", 30.0, _non_negative),
+        help="on SIGTERM: readiness turns 503 and in-flight requests may finish for up to this long; then "
+        "the streams still running end with an error event and the process exits 0 (a second signal "
+        "stops waiting) (default 30) [OVSERVE_DRAIN_TIMEOUT_SECONDS]",
+    )
+    h.add_argument(
         "--log-level",
         default=env_default("log_level", "INFO", str.upper),
         help="DEBUG, INFO, WARNING, ERROR [OVSERVE_LOG_LEVEL]",
@@ -231,10 +246,12 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
             served_name=served,
             max_prompt_tokens=args.max_prompt_tokens,
             default_max_tokens=args.default_max_tokens,
+            drain_timeout_s=args.drain_timeout_seconds,
         ),
         report,
     )
-    runner = web.AppRunner(app.web, handler_cancellation=True, access_log=None)
+    # shutdown_timeout: what cleanup still waits for handlers after the drain (which has its own bound)
+    runner = web.AppRunner(app.web, handler_cancellation=True, access_log=None, shutdown_timeout=2)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)
     await site.start()
@@ -310,6 +327,7 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
     if p.fallback:
         log.warning("FALLBACK to the legacy pipeline: %s: %s", p.reason, p.message)
     await stop_task
+    await app.drain.run(lambda: len(runner.server.connections) if runner.server else 0)  # drain.py
     log.info("shutting down")
     await runner.cleanup()
     engine.stop()

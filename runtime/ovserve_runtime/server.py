@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from .detok import Detokenizer
+from .drain import SHUTTING_DOWN, Drain
 from .metrics import Metrics
 from .report import Reason, RuntimeReport, State
 
@@ -29,6 +30,7 @@ class ServerConfig:
     served_name: str
     max_prompt_tokens: int = 0  # 0: the model's max position
     default_max_tokens: int = 512
+    drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight requests may still run (drain.py)
 
 
 class ApiError(Exception):
@@ -43,9 +45,18 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
     def response(self) -> web.Response:
-        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-        return web.json_response(body, status=self.status)
+        return web.json_response(self.body(), status=self.status)
+
+
+def _event_error(value: Any) -> ApiError:
+    """The ApiError of an ("error", value) engine event: an ApiError as is (the drain's), else a failure."""
+    if isinstance(value, ApiError):
+        return value
+    return ApiError(500, f"generation failed: {value}", "server_error", code="generation_failed")
 
 
 def _num(
@@ -91,6 +102,8 @@ class App:
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.ready)
         r.add_get("/metrics", self.prom)
+        self.drain = Drain(cfg.drain_timeout_s, abort=self._abort)
+        self.drain.install(self.web)
 
     # --- state ---------------------------------------------------------------------------------
     def set_report(self, report: RuntimeReport) -> None:
@@ -117,6 +130,8 @@ class App:
         return web.json_response({"live": not failed}, status=503 if failed else 200)
 
     async def ready(self, _req: web.Request) -> web.Response:
+        if self.drain.draining:
+            return web.json_response({"ready": False, "state": "draining"}, status=503)
         ok = self.report.state == State.READY and self.engine is not None and self.engine.fatal is None
         return web.json_response({"ready": ok, "state": str(self.report.state)}, status=200 if ok else 503)
 
@@ -170,6 +185,7 @@ class App:
         except Exception as exc:
             self.metrics.requests.labels(endpoint, "503").inc()
             return ApiError(503, str(exc), "server_error", code="pipeline_failed").response()
+        self.drain.track(greq)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         status = "200"
         try:
@@ -183,9 +199,15 @@ class App:
             status = "499"  # client closed the request
             raise
         finally:
+            self.drain.untrack(greq)
             self.engine.cancel(greq)  # no-op when finished; frees the slot otherwise
             self.metrics.requests.labels(endpoint, status).inc()
             self._observe(greq, prompt_tokens)
+
+    def _abort(self, greq, message: str) -> None:
+        """Drain deadline: end this generation now; its handler answers 503 or ends the stream with an error."""
+        self.engine.cancel(greq)
+        greq.events.put_nowait(("error", ApiError(503, message, "server_error", code=SHUTTING_DOWN)))
 
     def _observe(self, greq, prompt_tokens: int) -> None:
         m = self.metrics
@@ -381,7 +403,7 @@ class App:
             if kind == "tokens":
                 detok.ids.extend(value)
             elif kind == "error":
-                raise ApiError(500, f"generation failed: {value}", "server_error", code="generation_failed")
+                raise _event_error(value)
             else:
                 finish = value
         text = detok.flush()
@@ -449,7 +471,7 @@ class App:
         # wait for the first event before committing to a 200 (an immediate failure stays a clean error)
         first_event = await greq.events.get()
         if first_event[0] == "error":
-            raise ApiError(500, f"generation failed: {first_event[1]}", "server_error", code="generation_failed")
+            raise _event_error(first_event[1])
         resp = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -478,15 +500,7 @@ class App:
                     await resp.write(text_chunk(delta))
                 continue
             if kind == "error":
-                err = {
-                    "error": {
-                        "message": f"generation failed: {value}",
-                        "type": "server_error",
-                        "param": None,
-                        "code": "generation_failed",
-                    }
-                }
-                await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
+                await resp.write(b"data: " + json.dumps(_event_error(value).body()).encode() + b"\n\n")
                 finish = None
             else:
                 finish = value
