@@ -5,8 +5,10 @@ still runs: the pod template's preStop sleep lets that removal spread before SIG
 runtime:
 
 1. `begin()`: readiness answers 503 (state "draining"); every response prepared from now on carries
-   `Connection: close`, and a connection whose response (a stream prepared before the drain included)
-   ends during the drain is closed after it, so keep-alive clients reconnect to another pod.
+   `Connection: close` and its connection closes after it, so keep-alive clients reconnect elsewhere.
+   A connection whose response was prepared before the drain (a stream) is NOT closed when that response
+   ends: its client did not get the header and may already be sending the next request on it (closing
+   then would lose that request); it is served, with `Connection: close`.
 2. Requests keep being served, new ones included: endpoint removal lags, and a keep-alive client may
    send one more request on its connection; refusing it would turn that lag into a lost request.
 3. The drain is over when no request is in flight and the open connections (if any) have been idle for
@@ -65,15 +67,10 @@ class Drain:
             return web.json_response(shutting_down_body(message), status=503, headers={"Retry-After": "1"})
         self.in_flight += 1
         try:
-            resp = await handler(request)
+            return await handler(request)
         finally:
             self.in_flight -= 1
             self._last_activity = asyncio.get_running_loop().time()
-        if self.draining:
-            # too late for a header when the handler prepared (streamed) the response before the drain:
-            # still no keep-alive, aiohttp closes the connection after this response
-            resp.force_close()
-        return resp
 
     async def _on_prepare(self, _request: web.Request, response: web.StreamResponse) -> None:
         if self.draining:
