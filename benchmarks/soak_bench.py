@@ -15,7 +15,7 @@ The runtime is started here on loopback on a tiny model (--model, a directory or
 the RSS of its HTTP process when it runs on this machine. Exit code 1 when a figure that must be 0 is not.
 
 usage: .venv/bin/python benchmarks/soak_bench.py [--duration 180] [--streams 256] [--model tiny-llm]
-         [--url http://POD_IP:8000 [--pid PID]] [--max-tokens 32] [--seed 0]
+         [--url http://POD_IP:8000 [--pid PID]] [--max-tokens 64] [--seed 0]
 """
 
 from __future__ import annotations
@@ -127,8 +127,9 @@ def wait_ready(url: str, proc: subprocess.Popen | None, timeout: float = 300) ->
 
 
 class Soak:
-    def __init__(self, url: str, args: argparse.Namespace, served: str) -> None:
-        self.url, self.args, self.served = url, args, served
+    def __init__(self, url: str, args: argparse.Namespace, served: str, pids: tuple[int | None, ...] = ()) -> None:
+        self.url, self.args, self.served, self.pids = url, args, served, pids
+        self.samples: list[tuple[float, list[int | None]]] = []  # RSS over the run: a leak grows, a cache plateaus
         self.counts: Counter[str] = Counter()
         self.lost: list[str] = []
         self.other: list[str] = []
@@ -149,7 +150,7 @@ class Soak:
         import aiohttp
 
         kind = "disconnect" if abandon else "wellformed"
-        keep = rng.randint(1, max(1, self.args.max_tokens // 2))
+        keep = rng.randint(1, 3)  # chunks read before going away (under load a chunk carries several tokens)
         try:
             async with session.post(
                 self.url + "/v3/chat/completions",
@@ -227,9 +228,19 @@ class Soak:
         conn = aiohttp.TCPConnector(limit=self.args.streams, force_close=False)
         t0 = time.monotonic()
         deadline = t0 + self.args.duration
+        sampler = asyncio.ensure_future(self.sample(t0, deadline))
         async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
             await asyncio.gather(*(self.worker(session, i, deadline) for i in range(self.args.streams)))
+        sampler.cancel()
         return time.monotonic() - t0
+
+    async def sample(self, t0: float, deadline: float) -> None:
+        if not any(self.pids):
+            return
+        step = max(1.0, (deadline - t0) / 6)
+        while True:
+            await asyncio.sleep(step)
+            self.samples.append((time.monotonic() - t0, [rss_kib(p) for p in self.pids]))
 
 
 def main() -> int:
@@ -241,7 +252,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=180, help="seconds of load (default 180)")
     ap.add_argument("--streams", type=int, default=256, help="concurrent clients (default 256)")
     ap.add_argument("--max-requests", type=int, default=500_000, help="bound on the number of requests")
-    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--disconnect", type=float, default=0.10, help="fraction abandoning mid-stream")
     ap.add_argument("--malformed", type=float, default=0.10, help="fraction of invalid requests")
     ap.add_argument("--request-timeout", type=float, default=300)
@@ -272,11 +283,12 @@ def main() -> int:
         if not served:
             with urllib.request.urlopen(url + "/v3/models", timeout=10) as r:
                 served = json.loads(r.read())["data"][0]["id"]
-        soak = Soak(url, args, served)
-        # warm-up, so that "before" is the serving footprint, not the freshly loaded one
-        warm = argparse.Namespace(**{**vars(args), "duration": 3, "streams": 8, "malformed": 0, "disconnect": 0})
-        asyncio.run(Soak(url, warm, served).run())
         child = engine_child(pid)
+        soak = Soak(url, args, served, (pid, child))
+        # warm-up at full concurrency, so that "before" is the serving footprint (the KV cache grown to the
+        # working set), not the freshly loaded one: before/after then shows what the run leaked
+        warm = argparse.Namespace(**{**vars(args), "duration": 10, "malformed": 0, "disconnect": 0})
+        asyncio.run(Soak(url, warm, served).run())
         before = (rss_kib(pid), rss_kib(child))
         print(
             f"soak: {url} model {served}, {args.streams} streams for {args.duration:g}s, "
@@ -321,6 +333,11 @@ def main() -> int:
 
     print(f"RSS HTTP process: before {mib(before[0])}, after {mib(after[0])}")
     print(f"RSS engine child: before {mib(before[1])}, after {mib(after[1])}")
+    if soak.samples:
+        print(
+            "RSS during the run (HTTP / engine): "
+            + ", ".join(f"{t:.0f}s {mib(a)} / {mib(b)}" for t, (a, b) in soak.samples)
+        )
     for line in soak.lost[:10]:
         print("  lost:", line)
     for line in soak.other[:10]:
