@@ -327,7 +327,7 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
     if p.fallback:
         log.warning("FALLBACK to the legacy pipeline: %s: %s", p.reason, p.message)
     await stop_task
-    await app.drain.run(lambda: len(runner.server.connections) if runner.server else 0)  # drain.py
+    await app.drain.run(lambda: runner.server.connections if runner.server else [])  # drain.py
     log.info("shutting down")
     await runner.cleanup()
     engine.stop()

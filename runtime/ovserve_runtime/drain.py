@@ -11,10 +11,14 @@ runtime:
    then would lose that request); it is served, with `Connection: close`.
 2. Requests keep being served, new ones included: endpoint removal lags, and a keep-alive client may
    send one more request on its connection; refusing it would turn that lag into a lost request.
-3. The drain is over when no request is in flight and the open connections (if any) have been idle for
-   `IDLE_GRACE_S`, or at the deadline (--drain-timeout-seconds). At the deadline every generation still
-   running is ended: a stream gets an error event and `[DONE]`, a non-streaming request a 503
-   `server_shutting_down`; a generation request arriving after it gets that 503 at once.
+3. The drain is over when no request is in flight and every connection that may still be reused (its
+   last response came before the drain and told no `Connection: close`, or it has sent nothing yet) has
+   been idle for `IDLE_GRACE_S` since the drain began or since its last response, or at the deadline
+   (--drain-timeout-seconds). Connections answered during the drain do not count: they are closing. (A
+   global "last activity" would never go quiet: the kubelet's probes arrive every few seconds.)
+   At the deadline every generation still running is ended: a stream gets an error event and `[DONE]`,
+   a non-streaming request a 503 `server_shutting_down`; a generation request arriving after it gets that
+   503 at once.
 4. The caller then closes the listener and the connections and stops the engine (which keeps stepping
    until then, so every in-flight generation can finish).
 """
@@ -52,7 +56,10 @@ class Drain:
         self.expired = False
         self.in_flight = 0  # handlers running, any endpoint
         self._generations: dict[int, Any] = {}  # by id(): requests are dataclasses, not hashable
-        self._last_activity = 0.0
+        self._started = 0.0
+        # connection (aiohttp's RequestHandler) -> when its last response ended
+        self._last_response: dict[Any, float] = {}
+        self._closing: set[Any] = set()  # connections answered during the drain (Connection: close)
         self._hurry = asyncio.Event()
 
     # --- wiring ---------------------------------------------------------------------------------
@@ -70,12 +77,13 @@ class Drain:
             return await handler(request)
         finally:
             self.in_flight -= 1
-            self._last_activity = asyncio.get_running_loop().time()
+            self._last_response[request.protocol] = asyncio.get_running_loop().time()
 
-    async def _on_prepare(self, _request: web.Request, response: web.StreamResponse) -> None:
+    async def _on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         if self.draining:
             response.force_close()  # no keep-alive: aiohttp closes the connection after this response
             response.headers["Connection"] = "close"  # and the client knows (the hook runs after aiohttp's own)
+            self._closing.add(request.protocol)
 
     def track(self, generation: Any) -> None:
         """A generation reached the engine; ended at the deadline if still running."""
@@ -91,14 +99,27 @@ class Drain:
     def begin(self) -> None:
         if not self.draining:
             self.draining = True
-            self._last_activity = asyncio.get_running_loop().time()
+            self._started = asyncio.get_running_loop().time()
+
+    def _quiet(self, connections: list[Any], now: float) -> bool:
+        """Nothing in flight, and no connection that a client may still reuse was active lately."""
+        if self.in_flight:
+            return False
+        live = set(connections)
+        self._closing &= live  # forget closed connections
+        self._last_response = {c: t for c, t in self._last_response.items() if c in live}
+        return all(
+            c in self._closing or now - max(self._started, self._last_response.get(c, 0.0)) >= IDLE_GRACE_S
+            for c in live
+        )
 
     def _expired_message(self) -> str:
         return f"the server is shutting down: the drain timeout of {self.timeout_s:g}s ended this request"
 
-    async def run(self, connections: Callable[[], int]) -> bool:
+    async def run(self, connections: Callable[[], list[Any]]) -> bool:
         """Drain; True when everything finished in time, False when the deadline (or a second signal)
-        ended what was still running. `connections()`: the number of open client connections."""
+        ended what was still running. `connections()`: the open client connections (aiohttp's
+        `runner.server.connections`)."""
         loop = asyncio.get_running_loop()
         self.begin()
         for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal: stop waiting
@@ -109,7 +130,7 @@ class Drain:
         log.info("draining: %d requests in flight (bound %gs)", self.in_flight, self.timeout_s)
         while True:
             now = loop.time()
-            if self.in_flight == 0 and (connections() == 0 or now - self._last_activity >= IDLE_GRACE_S):
+            if self._quiet(connections(), now):
                 log.info("drained in %.1fs", now - start)
                 return True
             if now >= deadline or self._hurry.is_set():
