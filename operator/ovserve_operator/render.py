@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ovserve_runtime.report import PipelineType
@@ -32,6 +33,26 @@ LABEL_OWNER = "ovserve.dev/llmserving"
 MANAGED_BY = "ovserve-operator"
 ANNOTATION_TEMPLATE_HASH = "ovserve.dev/template-hash"
 HF_TOKEN_ENV = "HF_TOKEN"
+# After the drain: the engine child stops and the process exits (seconds; part of the grace period)
+TERMINATION_MARGIN_S = 10
+
+
+@dataclass(frozen=True)
+class Termination:
+    """The numbers of a graceful pod termination, from one place (Settings), so that they always fit:
+    Kubernetes counts the preStop hook inside terminationGracePeriodSeconds, and SIGKILL at its end must
+    come after the runtime's drain bound and its exit."""
+
+    prestop_s: int
+    drain_timeout_s: int
+
+    @property
+    def grace_period_s(self) -> int:
+        return self.prestop_s + self.drain_timeout_s + TERMINATION_MARGIN_S
+
+
+def termination(settings: Settings) -> Termination:
+    return Termination(prestop_s=settings.runtime_prestop_s, drain_timeout_s=settings.runtime_drain_timeout_s)
 
 
 def labels(name: str) -> dict[str, str]:
@@ -80,7 +101,7 @@ def _metadata(name: str, namespace: str, uid: str) -> dict[str, Any]:
     }
 
 
-def runtime_args(name: str, spec: api.LLMServingSpec) -> list[str]:
+def runtime_args(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> list[str]:
     args = [
         "--model-path",
         model_path(name),
@@ -96,6 +117,8 @@ def runtime_args(name: str, spec: api.LLMServingSpec) -> list[str]:
         str(PORT),
         "--termination-log",
         TERMINATION_LOG,
+        "--drain-timeout-seconds",
+        str(drain_timeout_s),
     ]
     sched = spec.scheduler
     if sched is not None:
@@ -200,12 +223,13 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
     image = spec.image or settings.runtime_image
     pull_policy = settings.runtime_image_pull_policy
     volume, model_mount = _model_volume(name, spec)
+    term = termination(settings)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
         "imagePullPolicy": pull_policy,
         "command": ["ovserve-runtime"],
-        "args": runtime_args(name, spec),
+        "args": runtime_args(name, spec, term.drain_timeout_s),
         "env": [
             {"name": "HOME", "value": "/tmp"},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -236,6 +260,11 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
         "securityContext": container_security_context(),
         "volumeMounts": [model_mount, {"name": "tmp", "mountPath": "/tmp"}],
     }
+    if term.prestop_s:
+        # Endpoint removal (EndpointSlices, kube-proxy, ingress) runs in parallel with termination: the pod keeps
+        # serving normally for this long before SIGTERM starts the drain. The image has no shell: the native
+        # sleep action (Kubernetes >= 1.30), not an exec of `sleep`.
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": term.prestop_s}}}
     resources = _resources(spec, settings)
     if resources:
         container["resources"] = resources
@@ -251,7 +280,7 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
         },
         "containers": [container],
         "volumes": [volume, {"name": "tmp", "emptyDir": {}}],
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": term.grace_period_s,
     }
     if spec.model.huggingFace is not None:
         pod_spec["initContainers"] = [_download_init_container(name, spec, image, pull_policy, settings)]
@@ -327,6 +356,7 @@ __all__ = [
     "LABEL_OWNER",
     "PORT",
     "PipelineType",
+    "Termination",
     "endpoint",
     "labels",
     "pod_template",
@@ -337,4 +367,5 @@ __all__ = [
     "selector_labels",
     "selector_string",
     "template_hash",
+    "termination",
 ]

@@ -41,6 +41,17 @@ def parse_selector(name: str, value: str) -> dict[str, str]:
     return out
 
 
+def _seconds(name: str, value: str) -> int:
+    """A whole number of seconds >= 0 (what pod-spec fields take)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"{name}: expected a whole number of seconds, got {value!r}") from None
+    if n < 0:
+        raise ValueError(f"{name}: must be >= 0, got {value!r}")
+    return n
+
+
 def _float(name: str, value: str, *, minimum: float = 0.0) -> float:
     try:
         f = float(value)
@@ -80,6 +91,9 @@ class Settings:
     readback_grace_s: float = 30.0  # a Ready pod keeps its last good report this long when unreadable
     status_heartbeat_s: float = 60.0  # status.computedAt is rewritten at least this often
     log_level: str = "INFO"
+    # Graceful termination of runtime pods (render.termination derives the pod-spec numbers from these two):
+    runtime_prestop_s: int = 5  # preStop sleep: endpoints drop the pod before it gets SIGTERM
+    runtime_drain_timeout_s: int = 30  # the runtime's --drain-timeout-seconds
     # Where KEDA's Prometheus trigger queries the runtime metrics (spec.autoscaling); kube-prometheus-stack's default.
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
 
@@ -156,6 +170,10 @@ class Settings:
             if not v.startswith(("http://", "https://")):
                 raise ValueError(f"OVSERVE_PROMETHEUS_URL: expected an http(s) URL, got {v!r}")
             kw["prometheus_url"] = v.rstrip("/")
+        if v := get("OVSERVE_RUNTIME_PRESTOP_SECONDS"):
+            kw["runtime_prestop_s"] = _seconds("OVSERVE_RUNTIME_PRESTOP_SECONDS", v)
+        if v := get("OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS"):
+            kw["runtime_drain_timeout_s"] = _seconds("OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS", v)
         if v := get("OVSERVE_LOG_LEVEL"):
             kw["log_level"] = v.upper()
         settings = cls(**kw)

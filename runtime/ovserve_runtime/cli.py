@@ -62,6 +62,13 @@ def non_negative(v: str) -> int:
     return n
 
 
+def _non_negative(v: str) -> float:
+    f = float(v)
+    if not f >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {v!r}")
+    return f
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ovserve-runtime",
@@ -228,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the event loop; 0 = min(4, CPUs) [OVSERVE_PREPARE_THREADS]",
     )
     h.add_argument(
+        "--drain-timeout-seconds",
+        type=_non_negative,
+        default=env_default("drain_timeout_seconds", 30.0, _non_negative),
+        help="on SIGTERM: readiness turns 503 and in-flight requests may finish for up to this long; then "
+        "the streams still running end with an error event and the process exits 0 (a second signal "
+        "stops waiting) (default 30) [OVSERVE_DRAIN_TIMEOUT_SECONDS]",
+    )
+    h.add_argument(
         "--log-level",
         default=env_default("log_level", "INFO", str.upper),
         help="DEBUG, INFO, WARNING, ERROR [OVSERVE_LOG_LEVEL]",
@@ -293,10 +308,12 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
             max_image_pixels=args.max_image_pixels,
             max_decoded_image_bytes=args.max_decoded_image_bytes,
             prepare_threads=args.prepare_threads,
+            drain_timeout_s=args.drain_timeout_seconds,
         ),
         report,
     )
-    runner = web.AppRunner(app.web, handler_cancellation=True, access_log=None)
+    # shutdown_timeout: what cleanup still waits for handlers after the drain (which has its own bound)
+    runner = web.AppRunner(app.web, handler_cancellation=True, access_log=None, shutdown_timeout=2)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)
     await site.start()
@@ -380,6 +397,8 @@ async def serve(args: argparse.Namespace, served: str) -> tuple[int, RuntimeRepo
     if p.fallback:
         log.warning("FALLBACK to the legacy pipeline: %s: %s", p.reason, p.message)
     await stop_task
+    if exit_code == 0:  # SIGTERM: drain (drain.py); after a fatal error every request is already answered
+        await app.drain.run(lambda: runner.server.connections if runner.server else [])
     log.info("shutting down")
     await runner.cleanup()
     engine.stop()

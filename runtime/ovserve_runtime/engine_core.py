@@ -128,8 +128,10 @@ def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str,
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s[core]: %(message)s")
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # The parent decides when to stop: it drains in-flight requests on SIGTERM, and a signal sent to the whole
+    # process group (Ctrl-C, systemd's control-group kill) must not end generation under it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from .engine import construct_cb
 
     try:

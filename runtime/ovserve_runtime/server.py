@@ -26,6 +26,7 @@ from aiohttp import web
 
 from .admission import Admission
 from .detok import Detokenizer
+from .drain import SHUTTING_DOWN, Drain
 from .metrics import Metrics
 from .openai_request import ChatRequest, CompletionRequest, RequestError, parse
 from .report import Reason, RuntimeReport, State
@@ -44,6 +45,7 @@ class ServerConfig:
     max_image_pixels: int = 4096 * 4096  # per image, from its header, before decoding
     max_decoded_image_bytes: int = 256 * 1024 * 1024  # RGB bytes of all the images of one request
     prepare_threads: int = 0  # validation/template/tokenize/decode workers; 0: min(4, CPUs)
+    drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight requests may still run (drain.py)
 
 
 class ApiError(Exception):
@@ -59,8 +61,16 @@ class ApiError(Exception):
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
     def response(self, headers: dict[str, str] | None = None) -> web.Response:
-        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-        return web.json_response(body, status=self.status, headers=headers)
+        return web.json_response(self.body(), status=self.status, headers=headers)
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _event_error(value: Any) -> ApiError:
+    """The ApiError of an ("error", value) engine event: an ApiError as is (the drain's), else a failure."""
+    if isinstance(value, ApiError):
+        return value
+    return ApiError(500, f"generation failed: {value}", "server_error", code="generation_failed")
 
 
 def _too_large(size: int | None, limit: int) -> ApiError:
@@ -109,7 +119,6 @@ class App:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.admission = Admission(max_queued=cfg.max_queued_requests)
         self.metrics.queue_limit.set(cfg.max_queued_requests)
-        self.inflight: set = set()  # GenRequests submitted and not answered: the fatal path ends them all
         self.created = int(time.time())
         self.pool = ThreadPoolExecutor(
             max_workers=cfg.prepare_threads or min(4, os.cpu_count() or 1), thread_name_prefix="prepare"
@@ -127,6 +136,8 @@ class App:
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.ready)
         r.add_get("/metrics", self.prom)
+        self.drain = Drain(cfg.drain_timeout_s, abort=self._abort)
+        self.drain.install(self.web)
 
     async def _expect(self, request: web.Request) -> web.StreamResponse | None:
         """`Expect: 100-continue` (curl sends it for bodies over 1 MiB): a body over the limit is refused
@@ -163,7 +174,7 @@ class App:
     def fail(self, message: str) -> None:
         """On the loop, when the pipeline broke: every request still waiting for events ends with an error
         now (the engine answers them too; whichever comes first ends the request)."""
-        for greq in list(self.inflight):
+        for greq in self.drain.generations():
             if greq.events is not None:
                 greq.events.put_nowait(("error", f"pipeline failed: {message}"))
 
@@ -181,6 +192,8 @@ class App:
         return web.json_response({"live": not failed}, status=503 if failed else 200)
 
     async def ready(self, _req: web.Request) -> web.Response:
+        if self.drain.draining:
+            return web.json_response({"ready": False, "state": "draining"}, status=503)
         ok = self.report.state == State.READY and self.engine is not None and self.engine.fatal is None
         return web.json_response({"ready": ok, "state": str(self.report.state)}, status=200 if ok else 503)
 
@@ -254,7 +267,7 @@ class App:
         except Exception as exc:
             self.metrics.requests.labels(endpoint, "503").inc()
             return ApiError(503, str(exc), "server_error", code="pipeline_failed").response()
-        self.inflight.add(greq)
+        self.drain.track(greq)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         status = "200"
         try:
@@ -268,10 +281,15 @@ class App:
             status = "499"  # client closed the request
             raise
         finally:
-            self.inflight.discard(greq)
+            self.drain.untrack(greq)
             self.engine.cancel(greq)  # no-op when finished; frees the slot otherwise
             self.metrics.requests.labels(endpoint, status).inc()
             self._observe(greq, prompt_tokens)
+
+    def _abort(self, greq, message: str) -> None:
+        """Drain deadline: end this generation now; its handler answers 503 or ends the stream with an error."""
+        self.engine.cancel(greq)
+        greq.events.put_nowait(("error", ApiError(503, message, "server_error", code=SHUTTING_DOWN)))
 
     def _observe(self, greq, prompt_tokens: int) -> None:
         m = self.metrics
@@ -469,7 +487,7 @@ class App:
             if kind == "tokens":
                 detok.ids.extend(value)
             elif kind == "error":
-                raise ApiError(500, f"generation failed: {value}", "server_error", code="generation_failed")
+                raise _event_error(value)
             else:
                 finish = value
         text = detok.flush()
@@ -537,7 +555,7 @@ class App:
         # wait for the first event before committing to a 200 (an immediate failure stays a clean error)
         first_event = await greq.events.get()
         if first_event[0] == "error":
-            raise ApiError(500, f"generation failed: {first_event[1]}", "server_error", code="generation_failed")
+            raise _event_error(first_event[1])
         resp = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -567,15 +585,7 @@ class App:
                     await resp.write(text_chunk(delta))
                 continue
             if kind == "error":
-                err = {
-                    "error": {
-                        "message": f"generation failed: {value}",
-                        "type": "server_error",
-                        "param": None,
-                        "code": "generation_failed",
-                    }
-                }
-                await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
+                await resp.write(b"data: " + json.dumps(_event_error(value).body()).encode() + b"\n\n")
                 finish = None
             else:
                 finish = value

@@ -83,6 +83,40 @@ def test_runtime_container_shape():
 
 
 @pytest.mark.parametrize(
+    "settings,prestop,drain,grace",
+    [
+        (SETTINGS, 5, 30, 45),  # the defaults
+        (Settings(runtime_prestop_s=15, runtime_drain_timeout_s=300), 15, 300, 325),  # long generations, slow LB
+        (Settings(runtime_prestop_s=0, runtime_drain_timeout_s=0), None, 0, 10),  # no hook at all
+    ],
+)
+def test_graceful_termination_fits_together(settings, prestop, drain, grace):
+    """preStop sleep (endpoints drop the pod first), then SIGTERM: the runtime drains for at most its
+    --drain-timeout-seconds; the grace period holds both plus the exit margin, so SIGKILL never cuts a drain."""
+    _, dep, pod = objs({"model": HOST}, settings)
+    c = container(pod)
+    if prestop is None:
+        assert "lifecycle" not in c
+    else:
+        # the native sleep action: the image has no shell to exec `sleep`
+        assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": prestop}}}
+    assert arg(c["args"], "--drain-timeout-seconds") == str(drain)
+    assert pod["terminationGracePeriodSeconds"] == grace == (prestop or 0) + drain + render.TERMINATION_MARGIN_S
+    # zero-loss rollouts: a new pod is ready before an old one goes
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    # the readiness probe is what stops new traffic in a rollout: it must be there
+    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+
+
+def test_termination_settings_change_the_template_hash():
+    hashes = {
+        dep["spec"]["template"]["metadata"]["annotations"][render.ANNOTATION_TEMPLATE_HASH]
+        for _, dep, _ in (objs({"model": HOST}), objs({"model": HOST}, Settings(runtime_drain_timeout_s=60)))
+    }
+    assert len(hashes) == 2
+
+
+@pytest.mark.parametrize(
     "model,volume,mount",
     [
         (

@@ -59,6 +59,10 @@ from ovserve_operator.settings import Settings, configure_kopf, parse_selector
             6.0,
         ),
         ({"OVSERVE_STATUS_INTERVAL_SECONDS": "1.5"}, "status_interval_s", 1.5),
+        ({}, "runtime_prestop_s", 5),
+        ({"OVSERVE_RUNTIME_PRESTOP_SECONDS": "0"}, "runtime_prestop_s", 0),
+        ({}, "runtime_drain_timeout_s", 30),
+        ({"OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS": "600"}, "runtime_drain_timeout_s", 600),
     ],
 )
 def test_from_env(env, attr, value):
@@ -85,6 +89,8 @@ def test_identity_default_is_hostname_pid():
         ({"OVSERVE_RUNTIME_IMAGE_PULL_POLICY": "Sometimes"}, "PULL_POLICY"),
         ({"OVSERVE_LEASE_DURATION_SECONDS": "5"}, "renew deadline"),
         ({"OVSERVE_LEASE_RETRY_PERIOD_SECONDS": "x"}, "a number"),
+        ({"OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS": "1.5"}, "whole number of seconds"),
+        ({"OVSERVE_RUNTIME_PRESTOP_SECONDS": "-1"}, "OVSERVE_RUNTIME_PRESTOP_SECONDS: must be >= 0"),
     ],
 )
 def test_from_env_errors(env, message):
