@@ -62,6 +62,7 @@ class ApiError(Exception):
 
     def response(self, headers: dict[str, str] | None = None) -> web.Response:
         return web.json_response(self.body(), status=self.status, headers=headers)
+
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
