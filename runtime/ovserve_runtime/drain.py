@@ -55,6 +55,7 @@ class Drain:
         self.draining = False
         self.expired = False
         self.in_flight = 0  # handlers running, any endpoint
+        self.late = 0  # generation requests (POST) that arrived during the drain
         self._generations: dict[int, Any] = {}  # in flight, by id()
         self._started = 0.0
         # connection (aiohttp's RequestHandler) -> when its last response ended
@@ -73,6 +74,8 @@ class Drain:
             message = "the server is shutting down: retry on another replica"
             return web.json_response(shutting_down_body(message), status=503, headers={"Retry-After": "1"})
         self.in_flight += 1
+        if self.draining and request.method == "POST":
+            self.late += 1
         try:
             return await handler(request)
         finally:
@@ -131,11 +134,16 @@ class Drain:
                 loop.add_signal_handler(sig, self._hurry.set)
         start = loop.time()
         deadline = start + self.timeout_s
-        log.info("draining: %d requests in flight (bound %gs)", self.in_flight, self.timeout_s)
+        log.info(
+            "draining: %d generations in flight (%d requests, bound %gs)",
+            len(self._generations),
+            self.in_flight,
+            self.timeout_s,
+        )
         while True:
             now = loop.time()
             if self._quiet(connections(), now):
-                log.info("drained in %.1fs", now - start)
+                log.info("drained in %.1fs (%d generation requests arrived meanwhile)", now - start, self.late)
                 return True
             if now >= deadline or self._hurry.is_set():
                 break

@@ -203,11 +203,15 @@ def requests_served(cluster, ns: str, pod: dict) -> float:
 
 
 def assert_drained_with_requests_in_flight(log: str) -> None:
+    """The pod drained (not cut at the bound) and really had traffic to drain: generations in flight at
+    SIGTERM, or requests of clients still pinned to it by keep-alive arriving during the drain."""
     assert "draining:" in log and "drained in" in log, log[-3000:]
-    line = next(x for x in log.splitlines() if "draining:" in x)
-    in_flight = int(line.split("draining:")[1].split()[0])
-    assert in_flight >= 1, f"nothing was in flight when SIGTERM came, the test proved nothing: {line}"
     assert "drain timeout" not in log
+    start = next(x for x in log.splitlines() if "draining:" in x)
+    end = next(x for x in log.splitlines() if "drained in" in x)
+    in_flight = int(start.split("draining:")[1].split()[0])
+    late = int(end.split("(")[1].split()[0])
+    assert in_flight + late >= 1, f"no request reached the draining pod (the test proved nothing): {start} {end}"
 
 
 # ------------------------------------------------------------------------------------------- tests
