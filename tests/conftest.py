@@ -242,10 +242,11 @@ def pytest_runtest_makereport(item, call):
     setattr(item, f"rep_{rep.when}", rep)
 
 
-@pytest.fixture
-def namespace(cluster: Cluster, request) -> Iterable[str]:
-    """A fresh namespace that enforces the restricted Pod Security Standard; diagnostics on failure."""
-    name = f"t-{_dns_label(request.node.name, 40)}-{uuid.uuid4().hex[:5]}"
+def make_namespace(cluster: Any, prefix: str, psa: str = "restricted") -> str:
+    """A namespace enforcing Pod Security `psa` (restricted as in the `namespace` fixture; `privileged`
+    only where a pod-level hostPath model volume must be admitted: restricted, and even baseline, refuse
+    hostPath volumes). It always warns at restricted, so what would not pass is visible."""
+    name = f"{prefix}-{uuid.uuid4().hex[:5]}"
     cluster.apply(
         {
             "apiVersion": "v1",
@@ -253,7 +254,7 @@ def namespace(cluster: Cluster, request) -> Iterable[str]:
             "metadata": {
                 "name": name,
                 "labels": {
-                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce": psa,
                     "pod-security.kubernetes.io/enforce-version": "latest",
                     "pod-security.kubernetes.io/warn": "restricted",
                     "ovserve.dev/test": "true",
@@ -261,8 +262,14 @@ def namespace(cluster: Cluster, request) -> Iterable[str]:
             },
         }
     )
-    # Pods are refused until the namespace's default ServiceAccount exists.
-    wait_for(lambda: cluster.get("serviceaccount", "default", name), 60, f"ServiceAccount default in {name}")
+    cluster.wait_for(lambda: cluster.get("serviceaccount", "default", name), 60, f"ServiceAccount default in {name}")
+    return name
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request) -> Iterable[str]:
+    """A fresh namespace that enforces the restricted Pod Security Standard; diagnostics on failure."""
+    name = make_namespace(cluster, f"t-{_dns_label(request.node.name, 40)}")
     yield name
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:

@@ -89,32 +89,6 @@ def rbac_table(docs: list[dict]) -> dict[tuple[str, str, str], set[str]]:
 # ------------------------------------------------------------------------------------ on the cluster
 
 
-def make_namespace(cluster: Any, prefix: str, psa: str = "restricted") -> str:
-    """A namespace enforcing Pod Security `psa` (restricted as in the `namespace` fixture; `privileged`
-    only where a pod-level hostPath model volume must be admitted: restricted, and even baseline, refuse
-    hostPath volumes). It always warns at restricted, so what would not pass is visible."""
-    import uuid
-
-    name = f"{prefix}-{uuid.uuid4().hex[:5]}"
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "pod-security.kubernetes.io/enforce": psa,
-                    "pod-security.kubernetes.io/enforce-version": "latest",
-                    "pod-security.kubernetes.io/warn": "restricted",
-                    "ovserve.dev/test": "true",
-                },
-            },
-        }
-    )
-    cluster.wait_for(lambda: cluster.get("serviceaccount", "default", name), 60, f"ServiceAccount default in {name}")
-    return name
-
-
 def can_i(cluster: Any, sa: str, namespace: str | None, verb: str, resource: str, *extra: str) -> bool:
     """`kubectl auth can-i` as the ServiceAccount (system:serviceaccount:NS:NAME), against the real RBAC."""
     ns = ["--all-namespaces"] if namespace is None else ["-n", namespace]

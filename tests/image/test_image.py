@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from tests.chart.helpers import make_namespace
+from tests.conftest import make_namespace
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.cluster

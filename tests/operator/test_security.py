@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chart.helpers import make_namespace
+from tests.conftest import make_namespace
 from tests.conftest import HACK, run_on_host_network
 
 from .conftest import OperatorProcess

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from tests.chart.helpers import make_namespace
+from tests.conftest import make_namespace
 from tests.fakehub import fake_hub
 
 from .conftest import OperatorProcess

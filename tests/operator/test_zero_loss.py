@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import openai
 import pytest
 
-from tests.chart.helpers import make_namespace
+from tests.conftest import make_namespace
 
 from .conftest import OperatorProcess
 from .test_operator_e2e import llms, models_claim, pvc_model, status
