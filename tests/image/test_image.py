@@ -11,8 +11,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import make_namespace
-from tests.conftest import ROOT
+from tests.conftest import ROOT, make_namespace
 
 pytestmark = pytest.mark.cluster
 

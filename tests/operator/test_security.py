@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_namespace
-from tests.conftest import HACK, run_on_host_network
+from tests.conftest import HACK, make_namespace, run_on_host_network
 
 from .conftest import OperatorProcess
 from .test_operator_e2e import NOWHERE, UNSTARTED, condition, events, llms, row, status
