@@ -98,6 +98,9 @@ class Drain:
     def untrack(self, generation: Any) -> None:
         self._generations.pop(id(generation), None)
 
+    def generating(self) -> int:
+        return len(self._generations)
+
     def generations(self) -> list[Any]:
         """The generations in flight (the fatal path ends them all)."""
         return list(self._generations.values())

@@ -94,6 +94,7 @@ class GenRequest:
     first_token_at: float | None = None
     generated: int = 0
     finish_reason_raw: Any = None  # the last GenerationFinishReason the CB pipeline reported
+    preparing: int = 0  # requests the server was still parsing when it submitted this one (burst gathering)
 
     def record(self, kind: str) -> None:
         """Bookkeeping done on the engine thread when an event is produced."""

@@ -4,7 +4,8 @@ ContinuousBatchingPipeline.step() holds the GIL (openvino-genai 2026.4), so an i
 every HTTP-side operation with inference. Here the child owns the pipeline (the only copy of the weights)
 and runs the same CBEngine step loop; the HTTP process keeps only the tokenizer. One pipe between them:
 
-  HTTP -> core   ("add", id, [prompt ids], is_tensor, {generation config fields})  ("cancel", id)  ("stop",)
+  HTTP -> core   ("add", id, [prompt ids], is_tensor, {generation config fields}, preparing)
+                 ("cancel", id)  ("stop",)                  preparing: requests the HTTP side is still parsing
   core -> HTTP   ("ready", {eos_token_id, stop_token_ids})  or  ("init_error", message)   once, at start
                  ("step", [(id, kind, value), ...], (waiting, running, cache_usage))      one per step
                  ("fatal", message)                                                        then it exits
@@ -33,7 +34,7 @@ log = logging.getLogger("ovserve.engine_core")
 
 # burst gathering when the engine wakes from idle: stop when no request came for BURST_GAP_S, at most BURST_MAX_S
 BURST_GAP_S = 0.002
-BURST_MAX_S = 0.05
+BURST_MAX_S = 0.25
 
 # GenerationConfig fields the server sets; they cross the pipe as plain values
 CONFIG_FIELDS = (
@@ -76,6 +77,7 @@ class _CoreEngine(CBEngine):
     def __init__(self, pipeline, kind: PipelineType, conn, max_active: int) -> None:
         super().__init__(pipeline, kind, max_active=max_active)
         self.conn = conn
+        self.preparing = 0  # from the latest "add": requests the HTTP side was still parsing
         self.send_lock = threading.Lock()
 
     def submit(self, req: GenRequest) -> None:
@@ -106,7 +108,8 @@ class _CoreEngine(CBEngine):
         while time.monotonic() < deadline:
             time.sleep(BURST_GAP_S)
             now = self._inbox.qsize()
-            if now == seen:
+            # over when nothing came for a gap and the HTTP side said it was preparing no more
+            if now == seen and self.preparing <= 0:
                 return
             seen = now
 
@@ -153,7 +156,7 @@ def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str,
         while True:
             msg = conn.recv()
             if msg[0] == "add":
-                _, rid, ids, tensor, cfg = msg
+                _, rid, ids, tensor, cfg, engine.preparing = msg
                 req = GenRequest(
                     config=config_from_dict(cfg),
                     max_new_tokens=cfg["max_new_tokens"],
@@ -267,7 +270,7 @@ class ProcessCBEngine(Engine):
         tensor = hasattr(req.input_ids, "data")
         ids = req.input_ids.data[0].tolist() if tensor else req.input_ids
         try:
-            self._send(("add", req.id, ids, tensor, config_to_dict(req.config)))
+            self._send(("add", req.id, ids, tensor, config_to_dict(req.config), req.preparing))
         except EngineError:
             with self._lock:
                 self._reqs.pop(req.id, None)

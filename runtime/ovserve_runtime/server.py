@@ -263,6 +263,8 @@ class App:
         greq.loop = asyncio.get_running_loop()
         greq.events = asyncio.Queue()
         greq.submitted_at = arrived
+        # admitted, not yet submitted: the engine waiting to prefill a burst knows more is coming
+        greq.preparing = self.admission.inflight - self.drain.generating() - 1
         try:
             self.engine.submit(greq)
         except Exception as exc:
