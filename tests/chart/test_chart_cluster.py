@@ -23,10 +23,10 @@ from tests.chart.helpers import (
     example_docs,
     helm,
     llms_phase,
-    make_namespace,
     template_args,
     values_file,
 )
+from tests.conftest import make_namespace
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
