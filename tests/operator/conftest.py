@@ -187,3 +187,15 @@ def service_account_kubeconfig(cluster, namespace: str, rules: list[dict], path:
         yield path
     finally:
         cluster.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)
+
+
+def report_module_diagnostics(request, cluster, ns_fixture: str, operator_fixture: str) -> None:
+    """After a failed test of a module with its own namespace and operator: the cluster's view of the
+    namespace and the operator's log, as report sections."""
+    rep = getattr(request.node, "rep_call", None)
+    if rep is None or not rep.failed or ns_fixture not in request.fixturenames:
+        return
+    ns = request.getfixturevalue(ns_fixture)
+    request.node.add_report_section("teardown", "cluster diagnostics", cluster.diagnostics(ns))
+    logs = request.getfixturevalue(operator_fixture).logs()
+    request.node.add_report_section("teardown", "operator log", logs[-15000:])

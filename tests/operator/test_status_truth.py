@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import make_namespace
 from tests.fakehub import fake_hub
 
-from .conftest import OperatorProcess
+from .conftest import OperatorProcess, report_module_diagnostics
 from .test_operator_e2e import NOWHERE, UNSTARTED, condition, events, llms, models_claim, pvc_model, row, status
 
 pytestmark = [pytest.mark.cluster]
@@ -110,12 +110,7 @@ def truth_models(cluster, truth_ns, project_image, tiny_models):
 @pytest.fixture(autouse=True)
 def _diagnostics(request, cluster):
     yield
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed and "truth_ns" in request.fixturenames:
-        ns = request.getfixturevalue("truth_ns")
-        request.node.add_report_section("teardown", "cluster diagnostics", cluster.diagnostics(ns))
-        op = request.getfixturevalue("truth_operator")
-        request.node.add_report_section("teardown", "operator log", op.logs()[-15000:])
+    report_module_diagnostics(request, cluster, "truth_ns", "truth_operator")
 
 
 # ------------------------------------------------------------------------------------------- refusals

@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import make_namespace
 
-from .conftest import OperatorProcess
+from .conftest import OperatorProcess, report_module_diagnostics
 from .test_operator_e2e import llms, models_claim, pvc_model, status
 
 pytestmark = [pytest.mark.cluster]
@@ -71,13 +71,7 @@ def serving(cluster, zl_ns, zl_operator, project_image, tiny_models):
 @pytest.fixture(autouse=True)
 def _diagnostics(request, cluster):
     yield
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed and "zl_ns" in request.fixturenames:
-        ns = request.getfixturevalue("zl_ns")
-        request.node.add_report_section("teardown", "cluster diagnostics", cluster.diagnostics(ns))
-        request.node.add_report_section(
-            "teardown", "operator log", request.getfixturevalue("zl_operator").logs()[-8000:]
-        )
+    report_module_diagnostics(request, cluster, "zl_ns", "zl_operator")
 
 
 # ------------------------------------------------------------------------------------------- load
