@@ -38,6 +38,16 @@ def tiny_models() -> Path:
     return _models_dir()
 
 
+def wait_until(pred, timeout: float = 20.0, interval: float = 0.1) -> bool:
+    """Poll pred() until it is truthy or `timeout` passes; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return bool(pred())
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,6 +15,8 @@ from ovserve_runtime.engine import CBEngine, EngineError, GenRequest, LegacyEngi
 from ovserve_runtime.engine import SchedulerOptions as Sched
 from ovserve_runtime.report import PipelineType as P
 
+from .conftest import wait_until
+
 pytestmark = pytest.mark.runtime
 
 THREADS = {"INFERENCE_NUM_THREADS": 1}
@@ -81,12 +83,6 @@ async def _drive(engine, reqs: list[GenRequest], arm, arm_when) -> list[list]:
     return results[:-1]
 
 
-def _until(pred, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred() and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def cb(tiny_models):
     pipe = Faulty(construct_cb(str(tiny_models / "tiny-llm"), "CPU", Sched(), THREADS))
@@ -116,7 +112,7 @@ def test_step_raising_answers_20_active_and_20_queued(cb):
     # the 20 that generated got tokens first; the 20 queued ones got nothing but the error
     assert sum(1 for ev in results if len(ev) > 1) == 20
     assert (engine.waiting, engine.running) == (0, 0)
-    _until(lambda: fatal)  # on_fatal runs on the engine thread right after the errors went out
+    wait_until(lambda: fatal, 10, 0.01)  # on_fatal runs on the engine thread right after the errors went out
     assert len(fatal) == 1 and "device lost" in fatal[0] and engine.fatal == fatal[0]
     with pytest.raises(EngineError):
         engine.submit(_request(engine, 4))
@@ -175,7 +171,7 @@ def test_legacy_generate_breaking_answers_the_queue(tiny_models):
         assert results[0][-1] == ("done", "cancelled")
         assert all(ev == [("error", ev[-1][1])] and "device lost" in ev[-1][1] for ev in results[1:]), results
         assert (engine.waiting, engine.running) == (0, 0)
-        _until(lambda: fatal)
+        wait_until(lambda: fatal, 10, 0.01)
         assert len(fatal) == 1
         with pytest.raises(EngineError):
             engine.submit(_request(engine, 4))

@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from .conftest import http_get
+from .conftest import http_get, wait_until
 
 pytestmark = pytest.mark.runtime
 
@@ -39,15 +39,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait(pred, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()
-
-
 def test_killed_engine_turns_readiness_503_and_fails_requests(tiny_models, server_factory):
     srv = server_factory(tiny_models / "tiny-llm", "--served-name", "doomed")
     c = openai.OpenAI(base_url=srv.url + "/v3", api_key="x", max_retries=0, timeout=30)
@@ -66,7 +57,7 @@ def test_killed_engine_turns_readiness_503_and_fails_requests(tiny_models, serve
         for _ in stream:
             pass
     assert time.monotonic() - t0 < 20
-    assert _wait(lambda: http_get(srv.url + "/v2/health/ready")[0] == 503)
+    assert wait_until(lambda: http_get(srv.url + "/v2/health/ready")[0] == 503)
     with pytest.raises(openai.APIStatusError) as err:
         c.completions.create(model="doomed", prompt="hello", max_tokens=4)
     assert err.value.status_code == 503
@@ -78,4 +69,4 @@ def test_engine_process_dies_with_the_runtime(tiny_models, server_factory):
     engine = _engine_pid(srv)
     srv.proc.kill()  # SIGKILL: no cleanup code runs in the parent
     srv.proc.wait()
-    assert _wait(lambda: not _alive(engine)), f"engine process {engine} outlived its parent"
+    assert wait_until(lambda: not _alive(engine)), f"engine process {engine} outlived its parent"

@@ -6,14 +6,13 @@ import asyncio
 import base64
 import json
 import socket
-import time
 import urllib.request
 
 import numpy as np
 import openai
 import pytest
 
-from .conftest import http_get
+from .conftest import http_get, wait_until
 
 pytestmark = pytest.mark.runtime
 
@@ -297,15 +296,6 @@ def _stream_then_disconnect(server, body: dict, chunks: int = 2) -> None:
     s.close()
 
 
-def _wait(pred, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 @pytest.mark.parametrize("which", ["cb_server", "legacy_server"])
 def test_disconnect_cancels_generation(request, which):
     server = request.getfixturevalue(which)
@@ -313,8 +303,8 @@ def test_disconnect_cancels_generation(request, which):
     before = server.metric("ovserve_generated_tokens_total")
     cancelled_before = server.metric("ovserve_requests_total", 'status="499"')
     _stream_then_disconnect(server, {"prompt": "hi", "max_tokens": max_tokens, "stream": True, "ignore_eos": True})
-    assert _wait(lambda: server.metric("ovserve_requests_total", 'status="499"') == cancelled_before + 1)
-    assert _wait(lambda: server.metric("ovserve_requests_running") == 0)
+    assert wait_until(lambda: server.metric("ovserve_requests_total", 'status="499"') == cancelled_before + 1)
+    assert wait_until(lambda: server.metric("ovserve_requests_running") == 0)
     generated = server.metric("ovserve_generated_tokens_total") - before
     assert 0 < generated < max_tokens  # stopped early
     # capacity is back: the next request is served
