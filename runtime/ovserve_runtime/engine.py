@@ -508,27 +508,21 @@ class LegacyEngine(Engine):
                 self._dropped_waiting()
                 req.emit("done", "cancelled")
                 continue
-            with self._lock:
-                self._waiting -= 1
-                self._running += 1
-                self._current = req
+            self._started()
+            self._current = req  # only this thread (and _fail, on it) touches it
             try:
                 final = self._generate(g, req)
             except Exception as exc:
                 msg = str(exc).strip()
                 if _is_fatal(msg):
                     raise  # _fail answers this request and every queued one
-                self._end(req)  # the slot is free before the client hears the outcome
+                self._current = None
+                self._ended()  # the slot is free before the client hears the outcome
                 req.emit("error", msg)
             else:
-                self._end(req)
-                req.emit("done", final)
-
-    def _end(self, req: GenRequest) -> None:
-        with self._lock:
-            if self._current is req:
                 self._current = None
-                self._running -= 1
+                self._ended()
+                req.emit("done", final)
 
     def _generate(self, g, req: GenRequest) -> str:
         """Run one generation; returns the finish reason ("cancelled", "length" or "stop")."""
