@@ -87,8 +87,10 @@ class Metrics:
         )
         self._info_labels: tuple[str, ...] | None = None
         self.engine = None
-        # (queued, running) as the server counts them; the engine's own counts when unset
-        self.counts: Callable[[], tuple[int, int]] | None = None
+        self.counts: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (queued, running) as the server counts
+
+    def attach(self, engine, counts: Callable[[], tuple[int, int]]) -> None:
+        self.engine, self.counts = engine, counts
 
     def set_report(self, rep: RuntimeReport) -> None:
         p = rep.pipeline
@@ -111,7 +113,7 @@ class Metrics:
     def render(self) -> tuple[bytes, str]:
         e = self.engine
         if e is not None:
-            queued, running = self.counts() if self.counts is not None else (e.waiting, e.running)
+            queued, running = self.counts()
             self.queue_depth.set(queued)
             self.running.set(running)
             usage = e.cache_usage()

@@ -164,8 +164,7 @@ class App:
         self.max_position = max_position
         engine.loop = asyncio.get_running_loop()
         self.admission.capacity = engine.capacity
-        self.metrics.engine = engine
-        self.metrics.counts = self.counts
+        self.metrics.attach(engine, self.counts)
 
     def counts(self) -> tuple[int, int]:
         """(queued, running): requests admitted here and not generating, and those generating."""
