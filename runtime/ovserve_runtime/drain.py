@@ -56,6 +56,7 @@ class Drain:
         self.expired = False
         self.in_flight = 0  # handlers running, any endpoint
         self.late = 0  # generation requests (POST) that arrived during the drain
+        self.answered = 0  # generation requests (POST) answered during the drain, wherever they began
         self._generations: dict[int, Any] = {}  # in flight, by id()
         self._started = 0.0
         # connection (aiohttp's RequestHandler) -> when its last response ended
@@ -80,6 +81,8 @@ class Drain:
             return await handler(request)
         finally:
             self.in_flight -= 1
+            if self.draining and request.method == "POST":
+                self.answered += 1
             self._last_response[request.protocol] = asyncio.get_running_loop().time()
 
     async def _on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
@@ -146,7 +149,12 @@ class Drain:
         while True:
             now = loop.time()
             if self._quiet(connections(), now):
-                log.info("drained in %.1fs (%d generation requests arrived meanwhile)", now - start, self.late)
+                log.info(
+                    "drained in %.1fs (%d generation requests answered meanwhile, %d of them arrived meanwhile)",
+                    now - start,
+                    self.answered,
+                    self.late,
+                )
                 return True
             if now >= deadline or self._hurry.is_set():
                 break

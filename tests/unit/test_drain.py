@@ -47,6 +47,8 @@ async def serve(drain: Drain) -> tuple[web.AppRunner, str, dict]:
     app.router.add_get("/slow", slow)
     app.router.add_get("/fast", fast)
     app.router.add_post("/gen", gen)
+    app.router.add_post("/slow", slow)
+    app.router.add_post("/fast", fast)
     runner = web.AppRunner(app, shutdown_timeout=1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -57,6 +59,32 @@ async def serve(drain: Drain) -> tuple[web.AppRunner, str, dict]:
 
 def connections(runner: web.AppRunner):
     return lambda: runner.server.connections if runner.server else []
+
+
+def test_generation_requests_answered_during_the_drain_are_counted_wherever_they_began():
+    """Regression: the count the drain logs ("N generation requests answered meanwhile") once left out a POST
+    that was in flight at SIGTERM but not yet a generation (its body still being prepared)."""
+
+    async def main():
+        drain = Drain(timeout_s=30)
+        runner, url, state = await serve(drain)
+        async with aiohttp.ClientSession() as s:
+            before = await s.post(url + "/fast")  # before the drain: not counted
+            await before.read()
+            preparing = asyncio.ensure_future(s.post(url + "/slow"))
+            await asyncio.sleep(0.2)
+            assert drain.in_flight == 1 and drain.generating() == 0
+            run = asyncio.ensure_future(drain.run(connections(runner)))
+            await asyncio.sleep(0.1)
+            assert (await s.get(url + "/fast")).status == 200  # a probe: not a generation request
+            assert (await s.post(url + "/fast")).status == 200  # arrives during the drain
+            state["release"].set()
+            assert (await preparing).status == 200
+            assert await asyncio.wait_for(run, 10) is True
+            assert (drain.answered, drain.late) == (2, 1)
+        await runner.cleanup()
+
+    asyncio.run(main())
 
 
 def test_in_flight_requests_finish_and_new_ones_get_connection_close():
