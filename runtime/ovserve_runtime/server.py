@@ -5,9 +5,10 @@ events the engine pushes back. Every request that reaches the engine is cancelle
 the handler ends early (client disconnect, write error), so the engine gives its slot back.
 
 The event loop does I/O: the body is read with a size bound (checked on Content-Length before reading),
-then validation (openai_request), the chat template, tokenization and image decoding run in a bounded
-thread pool. A middleware turns anything that escapes a handler (aiohttp's 404/405/413, an unexpected
-exception) into the OpenAI error JSON, never aiohttp's plain text.
+then validation (openai_request), the chat template and image decoding run on the loop for a small body
+and in a bounded thread pool otherwise, and the prompt is tokenized by the batch encoder (encoder.py).
+A middleware turns anything that escapes a handler (aiohttp's 404/405/413, an unexpected exception) into
+the OpenAI error JSON, never aiohttp's plain text.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from aiohttp import web
 from .admission import Admission
 from .detok import Detokenizer
 from .drain import SHUTTING_DOWN, Drain
+from .encoder import BatchEncoder
 from .metrics import Metrics
 from .openai_request import ChatRequest, CompletionRequest, RequestError, parse
 from .report import Reason, RuntimeReport, State
@@ -82,6 +84,8 @@ def _too_large(size: int | None, limit: int) -> ApiError:
 # aiohttp's own refusals (no route, wrong method, body over client_max_size) in OpenAI format
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 STREAMING = "ovserve.streaming"  # request key: set once an SSE response has been sent its headers
+CLIENT_GONE = "ovserve.client_gone"  # request key: the client disconnected while its stream was written
+INLINE_BODY_BYTES = 16 * 1024  # a body this small is validated on the event loop (no pool round trip)
 
 
 @web.middleware
@@ -116,6 +120,7 @@ class App:
         self.metrics = metrics or Metrics()
         self.metrics.set_report(report)
         self.engine = None
+        self.encoder: BatchEncoder | None = None
         self.max_position: int | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.admission = Admission(max_queued=cfg.max_queued_requests)
@@ -153,6 +158,8 @@ class App:
 
     async def _close_pool(self, _app: web.Application) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.encoder is not None:
+            self.encoder.close()
 
     # --- state ---------------------------------------------------------------------------------
     def set_report(self, report: RuntimeReport) -> None:
@@ -162,6 +169,7 @@ class App:
     def attach(self, engine, max_position: int | None) -> None:
         self.engine = engine
         self.max_position = max_position
+        self.encoder = BatchEncoder(engine.tokenizer)
         engine.loop = asyncio.get_running_loop()
         self.admission.capacity = engine.capacity
         self.metrics.attach(engine, self.counts)
@@ -274,7 +282,10 @@ class App:
         status = "200"
         try:
             if stream:
-                return await self._stream(request, greq, rid, chat, prompt_tokens, include_usage)
+                resp = await self._stream(request, greq, rid, chat, prompt_tokens, include_usage)
+                if request.get(CLIENT_GONE):
+                    status = "499"
+                return resp
             return await self._collect(greq, rid, chat, prompt_tokens)
         except ApiError as err:
             status = str(err.status)
@@ -316,19 +327,25 @@ class App:
             raise _too_large(None, limit) from exc
 
     async def _prepare(self, raw: bytes, chat: bool):
-        """Validation, chat template, tokenization and image decoding, in the bounded pool."""
-        return await asyncio.get_running_loop().run_in_executor(self.pool, self._prepare_sync, raw, chat)
-
-    def _prepare_sync(self, raw: bytes, chat: bool):
+        """Validation, chat template and image decoding (in the bounded pool, or inline for a small body),
+        then tokenization (the batch encoder), then the generation config."""
         try:
-            return self._prepare_checked(raw, chat)
+            if len(raw) <= INLINE_BODY_BYTES:  # a pool round trip costs more than parsing it here
+                body, prompt, images = self._stage(raw, chat)
+            else:
+                loop = asyncio.get_running_loop()
+                body, prompt, images = await loop.run_in_executor(self.pool, self._stage, raw, chat)
+            ids = await self.encoder.encode(prompt, add_special_tokens=not chat)
+            greq, prompt_tokens = self._build(self.engine, body, prompt, images, ids)
         except ApiError:
             raise
         except Exception as exc:  # a bug or a tokenizer failure: a counted JSON 500, never a hang
             log.exception("preparing a request failed")
             raise ApiError(500, "internal server error", "server_error", code="internal_error") from exc
+        return body, greq, prompt_tokens
 
-    def _prepare_checked(self, raw: bytes, chat: bool):
+    def _stage(self, raw: bytes, chat: bool):
+        """(body, prompt text, images) of a valid request for this model, or ApiError."""
         try:
             body = parse(raw, chat)
         except RequestError as exc:
@@ -345,25 +362,22 @@ class App:
             )
         if engine.fatal is not None:
             raise ApiError(503, f"the pipeline failed: {engine.fatal}", "server_error", code="pipeline_failed")
-        greq, prompt_tokens = self._build(engine, body)
-        return body, greq, prompt_tokens
+        if isinstance(body, ChatRequest):
+            prompt, images = self._chat_prompt(engine, body)
+            return body, prompt, images
+        return body, body.text, []
 
-    def _build(self, engine, body: ChatRequest | CompletionRequest):
+    def _build(self, engine, body: ChatRequest | CompletionRequest, prompt: str, images: list, ids):
+        import openvino as ov
+
         from .engine import GenRequest
 
         chat = isinstance(body, ChatRequest)
-        images: list = []
-        if chat:
-            prompt, images = self._chat_prompt(engine, body)
-        else:
-            prompt = body.text
         max_tokens = body.new_tokens()
         max_param = "max_completion_tokens" if chat and body.max_completion_tokens is not None else "max_tokens"
 
-        tok = engine.tokenizer
-        # chat: the template carries its own special tokens; completions: add BOS like the model expects
-        ids = tok.encode(prompt, add_special_tokens=not chat).input_ids
-        prompt_tokens = int(ids.shape[1])
+        # ids: the encoder's (chat: the template carries its own special tokens; completions: with BOS)
+        prompt_tokens = len(ids)
         limit = self.prompt_limit
         param = "messages" if chat else "prompt"
         if limit is not None and prompt_tokens > limit:
@@ -418,7 +432,7 @@ class App:
         if engine.is_vlm:
             greq = GenRequest(config=cfg, max_new_tokens=max_tokens, prompt=prompt, images=images)
         else:
-            greq = GenRequest(config=cfg, max_new_tokens=max_tokens, input_ids=ids)
+            greq = GenRequest(config=cfg, max_new_tokens=max_tokens, input_ids=ov.Tensor(ids.reshape(1, -1)))
         return greq, prompt_tokens
 
     def _chat_prompt(self, engine, body: ChatRequest) -> tuple[str, list]:
@@ -565,55 +579,60 @@ class App:
                 "X-Accel-Buffering": "no",
             }
         )
-        await resp.prepare(request)
-        request[STREAMING] = True
-        detok = Detokenizer(self.engine.tokenizer, self.engine.token_table)
-        if chat:
-            await resp.write(chunk("", None, first=True))
-        finish = "stop"
-        pending = [first_event]
-        while True:
-            kind, value = pending.pop() if pending else await greq.events.get()
-            if kind == "tokens":
-                # tokens that queued up while this handler waited go out in one chunk
-                while not greq.events.empty():
-                    nxt = greq.events.get_nowait()
-                    if nxt[0] != "tokens":
-                        pending.append(nxt)
-                        break
-                    value = value + nxt[1]
-                delta = detok.add(value)
-                if delta:
-                    await resp.write(text_chunk(delta))
-                continue
-            if kind == "error":
-                await resp.write(b"data: " + json.dumps(_event_error(value).body()).encode() + b"\n\n")
-                finish = None
-            else:
-                finish = value
-            break
-        tail = detok.flush() if finish is not None else ""  # nothing more after an error event
-        if tail:
-            await resp.write(chunk(tail, None))
-        if finish is not None:
-            await resp.write(chunk(None if chat else "", finish))
-        if include_usage:
-            usage = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": greq.generated,
-                "total_tokens": prompt_tokens + greq.generated,
-            }
-            payload = {
-                "id": rid,
-                "object": obj,
-                "created": created,
-                "model": self.cfg.served_name,
-                "choices": [],
-                "usage": usage,
-            }
-            await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
+        try:
+            await resp.prepare(request)
+            request[STREAMING] = True
+            detok = Detokenizer(self.engine.tokenizer, self.engine.token_table)
+            if chat:
+                await resp.write(chunk("", None, first=True))
+            finish = "stop"
+            pending = [first_event]
+            while True:
+                kind, value = pending.pop() if pending else await greq.events.get()
+                if kind == "tokens":
+                    # tokens that queued up while this handler waited go out in one chunk
+                    while not greq.events.empty():
+                        nxt = greq.events.get_nowait()
+                        if nxt[0] != "tokens":
+                            pending.append(nxt)
+                            break
+                        value = value + nxt[1]
+                    delta = detok.add(value)
+                    if delta:
+                        await resp.write(text_chunk(delta))
+                    continue
+                if kind == "error":
+                    await resp.write(b"data: " + json.dumps(_event_error(value).body()).encode() + b"\n\n")
+                    finish = None
+                else:
+                    finish = value
+                break
+            tail = detok.flush() if finish is not None else ""  # nothing more after an error event
+            if tail:
+                await resp.write(chunk(tail, None))
+            if finish is not None:
+                await resp.write(chunk(None if chat else "", finish))
+            if include_usage:
+                usage = {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": greq.generated,
+                    "total_tokens": prompt_tokens + greq.generated,
+                }
+                payload = {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": self.cfg.served_name,
+                    "choices": [],
+                    "usage": usage,
+                }
+                await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except ConnectionResetError:
+            # the client went away while we wrote (a disconnect the handler was not yet cancelled for): the
+            # handler returns and aiohttp drops the connection quietly; escaping, it would log a server error
+            request[CLIENT_GONE] = True
         return resp
 
 
