@@ -583,8 +583,8 @@ class App:
             await resp.prepare(request)
             request[STREAMING] = True
             detok = Detokenizer(self.engine.tokenizer, self.engine.token_table)
-            if chat:
-                await resp.write(chunk("", None, first=True))
+            # chunks not yet written: the role chunk goes out with the first text, the last text with the end
+            out = [chunk("", None, first=True)] if chat else []
             finish = "stop"
             pending = [first_event]
             while True:
@@ -599,19 +599,22 @@ class App:
                         value = value + nxt[1]
                     delta = detok.add(value)
                     if delta:
-                        await resp.write(text_chunk(delta))
+                        out.append(text_chunk(delta))
+                    if out and not pending:  # the stream goes on (when its end is queued, one write for both)
+                        await resp.write(b"".join(out))
+                        out = []
                     continue
                 if kind == "error":
-                    await resp.write(b"data: " + json.dumps(_event_error(value).body()).encode() + b"\n\n")
+                    out.append(b"data: " + json.dumps(_event_error(value).body()).encode() + b"\n\n")
                     finish = None
                 else:
                     finish = value
                 break
             tail = detok.flush() if finish is not None else ""  # nothing more after an error event
             if tail:
-                await resp.write(chunk(tail, None))
+                out.append(chunk(tail, None))
             if finish is not None:
-                await resp.write(chunk(None if chat else "", finish))
+                out.append(chunk(None if chat else "", finish))
             if include_usage:
                 usage = {
                     "prompt_tokens": prompt_tokens,
@@ -626,9 +629,9 @@ class App:
                     "choices": [],
                     "usage": usage,
                 }
-                await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
+                out.append(b"data: " + json.dumps(payload).encode() + b"\n\n")
+            out.append(b"data: [DONE]\n\n")
+            await resp.write_eof(b"".join(out))  # the end of the stream in one write with the chunked terminator
         except ConnectionResetError:
             # the client went away while we wrote (a disconnect the handler was not yet cancelled for): the
             # handler returns and aiohttp drops the connection quietly; escaping, it would log a server error
