@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--prepare-threads",
         type=int,
         default=env_default("prepare_threads", 0, int),
-        help="threads that validate requests, apply the chat template, tokenize and decode images, off "
+        help="threads that validate a request body over 16 KiB, apply its chat template and decode its images, off "
         "the event loop; 0 = min(4, CPUs) [OVSERVE_PREPARE_THREADS]",
     )
     h.add_argument(

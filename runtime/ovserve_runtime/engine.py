@@ -186,6 +186,10 @@ class Engine:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+    def preparing(self, count: int) -> None:
+        """The server admitted requests it has not submitted yet (`count`); an engine that gathers a burst
+        before its first prefill waits for them (the engine-core process does)."""
+
     def submit(self, req: GenRequest) -> None:
         # under the lock: a request is either refused here or reached by _fail's drain, never lost between
         with self._lock:

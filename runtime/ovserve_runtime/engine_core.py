@@ -5,7 +5,7 @@ every HTTP-side operation with inference. Here the child owns the pipeline (the 
 and runs the same CBEngine step loop; the HTTP process keeps only the tokenizer. One pipe between them:
 
   HTTP -> core   ("add", id, [prompt ids], is_tensor, {generation config fields}, preparing)
-                 ("cancel", id)  ("stop",)                  preparing: requests the HTTP side is still parsing
+                 ("preparing", n)  ("cancel", id)  ("stop",)  preparing, n: requests the HTTP side is still parsing
   core -> HTTP   ("ready", {eos_token_id, stop_token_ids})  or  ("init_error", message)   once, at start
                  ("step", [(id, kind, value), ...], (waiting, running, cache_usage))      one per step
                  ("fatal", message)                                                        then it exits
@@ -176,6 +176,8 @@ def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str,
                 )
                 reqs[rid] = req
                 engine.submit(req)
+            elif msg[0] == "preparing":
+                engine.preparing = msg[1]
             elif msg[0] == "cancel":
                 req = reqs.pop(msg[1], None)
                 if req is not None:
@@ -286,6 +288,15 @@ class ProcessCBEngine(Engine):
             with self._lock:
                 self._reqs.pop(req.id, None)
             raise
+
+    def preparing(self, count: int) -> None:
+        # only while the engine is idle or gathering a burst (its last step message said nothing runs): a busy
+        # engine does not gather, and the requests' own "add" messages carry the count then
+        if self._stats[1] == 0:
+            try:
+                self._send(("preparing", count))
+            except EngineError:
+                pass
 
     def cancel(self, req: GenRequest) -> None:
         if not req.finished and not req.cancelled:

@@ -46,7 +46,7 @@ class ServerConfig:
     max_images: int = 16  # image parts per request
     max_image_pixels: int = 4096 * 4096  # per image, from its header, before decoding
     max_decoded_image_bytes: int = 256 * 1024 * 1024  # RGB bytes of all the images of one request
-    prepare_threads: int = 0  # validation/template/tokenize/decode workers; 0: min(4, CPUs)
+    prepare_threads: int = 0  # workers for bodies over INLINE_BODY_BYTES (validation, template, images); 0: min(4,CPUs)
     drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight requests may still run (drain.py)
 
 
@@ -258,12 +258,19 @@ class App:
         )
         return err.response(headers={"Retry-After": str(retry)})
 
+    def _hint_preparing(self, leaving: int = 0) -> None:
+        """Tell the engine how many admitted requests are on their way (a burst's first prefill waits)."""
+        if self.engine is not None:
+            self.engine.preparing(self.admission.inflight - self.drain.generating() - leaving)
+
     async def _admitted(self, request: web.Request, chat: bool, endpoint: str, arrived: float) -> web.StreamResponse:
+        self._hint_preparing()
         try:
             raw = await self._read_body(request)
             body, greq, prompt_tokens = await self._prepare(raw, chat)
         except ApiError as err:
             self.metrics.requests.labels(endpoint, str(err.status)).inc()
+            self._hint_preparing(leaving=1)  # this one is not on its way any more
             return err.response()
         stream = bool(body.stream)
         include_usage = body.include_usage

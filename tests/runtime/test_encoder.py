@@ -17,7 +17,7 @@ PROMPTS = [
     "a",
     "hello world",
     "  leading and trailing spaces  ",
-    "Grüße aus Köln, ça va? 你好，世界 🙂 مرحبا",
+    "Grüße aus Köln, ça va? 你好\uff0c世界 🙂 مرحبا",
     "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
     "line one\nline two\r\n\ttabbed",
     "x" * 3000,
