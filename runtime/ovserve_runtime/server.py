@@ -29,6 +29,7 @@ from .admission import Admission
 from .detok import Detokenizer
 from .drain import SHUTTING_DOWN, Drain
 from .encoder import BatchEncoder
+from .engine import Events
 from .metrics import Metrics
 from .openai_request import ChatRequest, CompletionRequest, RequestError, parse
 from .report import Reason, RuntimeReport, State
@@ -275,7 +276,7 @@ class App:
         stream = bool(body.stream)
         include_usage = body.include_usage
         greq.loop = asyncio.get_running_loop()
-        greq.events = asyncio.Queue()
+        greq.events = Events()
         greq.submitted_at = arrived
         # admitted, not yet submitted: the engine waiting to prefill a burst knows more is coming
         greq.preparing = self.admission.inflight - self.drain.generating() - 1
