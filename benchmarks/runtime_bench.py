@@ -10,6 +10,9 @@ both sides alike; the table shows medians, and the spread of the paired HTTP/raw
 TTFT = from submitting all N requests to each request's first token (HTTP: the first SSE chunk at the
 client); TPOT = (last token - first token) / (tokens - 1) per request; p50/p99 over all requests of all
 reps. Greedy, ignore_eos, --max-tokens tokens each. RSS: the serving process's VmRSS/VmHWM at the end.
+CPU per token (user + system, per process role, from /proc and getrusage around each run): the raw loop vs
+the HTTP process, the engine-core process and the benchmark client. Less noisy than throughput on a shared
+machine, and it says where the time goes: on a box whose cores are all busy, throughput follows it.
 
 The default client is a lean aiohttp SSE reader (the client shares the CPU with the server, and the
 openai client's per-chunk parsing would dominate on small models); `--client openai` uses the openai client.
@@ -39,6 +42,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import socket
 import statistics as st
@@ -72,10 +76,11 @@ def pct(xs: list[float], q: float) -> float:
 
 
 class Run:
-    """One measured batch of N concurrent requests."""
+    """One measured batch of N concurrent requests; `cpu`: CPU seconds it took, by process role."""
 
     def __init__(self, wall: float, tokens: int, ttfts: list[float], tpots: list[float]) -> None:
         self.wall, self.tokens, self.ttfts, self.tpots = wall, tokens, ttfts, tpots
+        self.cpu: dict[str, float] = {}
 
     @property
     def tok_s(self) -> float:
@@ -98,6 +103,7 @@ class RawCB:
     def run(self, n: int, max_new: int) -> Run:
         g, pipe = self.g, self.pipe
         ids = [self.tok.encode(p).input_ids for p in prompts(n)]
+        c0 = self_cpu()
         t0 = time.perf_counter()
         handles = []
         for x in ids:
@@ -116,7 +122,23 @@ class RawCB:
                         if first[i] is None:
                             first[i] = now
         wall = time.perf_counter() - t0
-        return _run(wall, t0, first, last, count)
+        run = _run(wall, t0, first, last, count)
+        run.cpu = {"raw": self_cpu() - c0}
+        return run
+
+
+def self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of one process, all its threads; 0 once it is gone."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _run(wall, t0, first, last, count) -> Run:
@@ -272,19 +294,24 @@ class Server:
         self.proc.kill()
         raise SystemExit("server not ready")
 
-    def rss_mb(self) -> tuple[float, float]:
-        """VmRSS and VmHWM of the server and its children (an engine process, if any), in MB."""
-        pids = [self.proc.pid]
+    def pids(self) -> tuple[int, list[int]]:
+        """(the server, its children: the engine-core process and multiprocessing's resource tracker)."""
+        kids = []
         for d in Path("/proc").iterdir():  # children of any of its threads
             try:
-                if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pids[0]:
-                    pids.append(int(d.name))
+                if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                    kids.append(int(d.name))
             except (OSError, IndexError, ValueError):
                 pass
+        return self.proc.pid, kids
+
+    def rss_mb(self) -> tuple[float, float]:
+        """VmRSS and VmHWM of the server and its children (an engine process, if any), in MB."""
+        pid, kids = self.pids()
         rss = hwm = 0.0
-        for pid in pids:
+        for p in [pid, *kids]:
             try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                for line in Path(f"/proc/{p}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
                         rss += int(line.split()[1]) / 1024
                     elif line.startswith("VmHWM:"):
@@ -366,12 +393,22 @@ class HttpClient:
             n = json.loads(line[len(b"data: ") :])["usage"]["completion_tokens"]
         return first, last, n
 
-    async def run(self, n: int, max_new: int) -> Run:
+    async def run(self, n: int, max_new: int, server: Server | None = None) -> Run:
+        """One burst; with `server`, the CPU it took: the HTTP process, its children (the engine), this client."""
+        pid, kids = server.pids() if server is not None else (None, [])
+        c0 = (self_cpu(), proc_cpu(pid) if pid else 0.0, sum(proc_cpu(k) for k in kids))
         t0 = time.perf_counter()
         res = await asyncio.gather(*(self.one(p, max_new) for p in prompts(n)))
         wall = time.perf_counter() - t0
         # tokens per chunk may exceed one (a step's tokens): TPOT uses the usage count
-        return _run(wall, t0, [r[0] for r in res], [r[1] for r in res], [r[2] for r in res])
+        run = _run(wall, t0, [r[0] for r in res], [r[1] for r in res], [r[2] for r in res])
+        if pid:
+            run.cpu = {
+                "http": proc_cpu(pid) - c0[1],
+                "engine": sum(proc_cpu(k) for k in kids) - c0[2],
+                "client": self_cpu() - c0[0],
+            }
+        return run
 
 
 def summarize(runs: list[Run]) -> dict:
@@ -383,6 +420,11 @@ def summarize(runs: list[Run]) -> dict:
         "tpot_p50_ms": pct([x for r in runs for x in r.tpots], 50) * 1000,
         "tpot_p99_ms": pct([x for r in runs for x in r.tpots], 99) * 1000,
         "tokens": [r.tokens for r in runs],
+        # CPU microseconds per generated token, by process role, over all the runs together (/proc counts in
+        # clock ticks of 10 ms: one short run alone would be mostly rounding)
+        "cpu_us_per_token": {
+            k: sum(r.cpu[k] for r in runs) / sum(r.tokens for r in runs) * 1e6 for k in (runs[0].cpu if runs else {})
+        },
     }
 
 
@@ -402,7 +444,7 @@ def bench_model(model: str, a) -> dict:
                 for rep in range(a.reps):
                     for n in ns:
                         r = raw.run(n, a.max_tokens)
-                        h = await c.run(n, a.max_tokens)
+                        h = await c.run(n, a.max_tokens, srv)
                         pairs[n].append((r, h))
                         print(
                             f"  rep {rep} N={n}: raw {r.tok_s:.0f} tok/s, http {h.tok_s:.0f} tok/s "
@@ -473,6 +515,22 @@ def print_tables(res: dict, max_tokens: int) -> None:
             bad = [t for t in d[side]["tokens"] if t != int(n) * max_tokens]
             if bad:
                 print(f"WARNING {side} N={n}: {bad} tokens, expected {int(n) * max_tokens}", file=sys.stderr)
+    print(
+        f"\n{name}: CPU per generated token, us (all reps together): raw = the benchmark's add_request/step loop; "
+        "HTTP = the runtime's HTTP process + its engine-core process + the benchmark client, all on this "
+        "machine's cores\n"
+    )
+    print("| streams | raw | HTTP process | engine process | client | engine/raw | all HTTP/raw |")
+    print("|---|---|---|---|---|---|---|")
+    for n, d in res["cb"].items():
+        rc, hc = d["raw"]["cpu_us_per_token"], d["http"]["cpu_us_per_token"]
+        if not rc or not hc:
+            continue
+        raw, total = rc["raw"], sum(hc.values())
+        print(
+            f"| {n} | {raw:.1f} | {hc['http']:.1f} | {hc['engine']:.1f} | {hc['client']:.1f} "
+            f"| {hc['engine'] / raw:.2f} | {total / raw:.2f} |"
+        )
     if res["legacy"]:
         print(f"\n### {name}: CB vs legacy (single runs)\n")
         print(
