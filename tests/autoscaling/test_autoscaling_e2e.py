@@ -68,6 +68,10 @@ class Load:
                     messages=[{"role": "user", "content": "count"}],
                     max_tokens=400,  # the tiny model's context is 512
                     stream=True,
+                    # every request generates its 400 tokens: the random tiny model often says EOS within a few,
+                    # and then requests end in milliseconds and the queue the HPA reads comes and goes (once
+                    # the server got faster, the HPA scaled back to 1 before the second pod was Ready)
+                    extra_body={"ignore_eos": True},
                 )
                 for _ in stream:
                     pass
