@@ -23,6 +23,9 @@ Pod = Mapping[str, Any]
 _CLAIM_NOT_FOUND = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
 # Volume mount failures the kubelet reports as pod Events (they never reach the pod's status).
 MOUNT_EVENT_REASONS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume"})
+# The Node authorizer refusing the kubelet a just-bound pod's claim: its graph has not seen the pod yet. It
+# catches up within seconds and the kubelet's retry mounts the volume: not a failure of the user's volume.
+_AUTHORIZER_LAG = "no relationship found between node"
 
 
 def name(pod: Pod) -> str:
@@ -169,7 +172,13 @@ def init_state(pod: Pod, container: str = INIT_CONTAINER_NAME) -> InitState:
 
 def mount_failure(events: list[Mapping[str, Any]]) -> str | None:
     """The newest kubelet volume failure message among a pod's Events, else None."""
-    failures = [e for e in events if e.get("type") == "Warning" and e.get("reason") in MOUNT_EVENT_REASONS]
+    failures = [
+        e
+        for e in events
+        if e.get("type") == "Warning"
+        and e.get("reason") in MOUNT_EVENT_REASONS
+        and _AUTHORIZER_LAG not in (e.get("message") or "")
+    ]
     if not failures:
         return None
     newest = max(failures, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")

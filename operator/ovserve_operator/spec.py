@@ -239,7 +239,6 @@ class Autoscaling(_Strict):
         return self
 
 
-
 class ServingConfig(_Strict):
     """Request handling of the runtime, whatever the pipeline."""
 
@@ -341,6 +340,8 @@ class PreviousPods(BaseModel):
     resolved: str | None = Field(None, description="Pipeline(s) they report, comma-separated; empty when none.")
     fallbackReason: str | None = Field(None, description="Their fallback reason, if they fell back.")
     summary: str = Field("", description="One line for the PREVIOUS column, e.g. '1/1 serving LM (fallback)'.")
+
+
 class AutoscalingStatus(BaseModel):
     """What the autoscaler wants and did, read back from KEDA's ScaledObject and its HPA."""
 

@@ -83,3 +83,24 @@ def test_mount_failure_takes_the_newest_warning():
     ]
     assert podview.mount_failure(events) == "new"
     assert podview.mount_failure(events[:1]) is None
+
+
+def test_mount_failure_ignores_the_node_authorizers_lag():
+    """Regression (a CI run): the kubelet's first mount of a just-bound pod's claim was refused because the
+    Node authorizer's graph had not seen the pod yet; the retry mounted it, but the LLMServing had already
+    read Failed/VolumeMountFailed instead of the runtime's real outcome."""
+    lag = (
+        "Unable to attach or mount volumes: unmounted volumes=[model], unattached volumes=[], failed to process "
+        "volumes=[model]: error processing PVC ns/models: failed to fetch PVC from API server: persistentvolumeclaims "
+        '"models" is forbidden: User "system:node:node1" cannot get resource "persistentvolumeclaims" in API group '
+        '"" in the namespace "ns": no relationship found between node \'node1\' and this object'
+    )
+    lagging = {"type": "Warning", "reason": "FailedMount", "message": lag, "lastTimestamp": "2026-12-03T07:00:05Z"}
+    real = {
+        "type": "Warning",
+        "reason": "FailedMount",
+        "message": "nfs: access denied",
+        "lastTimestamp": "2026-12-03T07:00:01Z",
+    }
+    assert podview.mount_failure([lagging]) is None
+    assert podview.mount_failure([real, lagging]) == "nfs: access denied"
