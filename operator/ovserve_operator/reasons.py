@@ -86,7 +86,11 @@ MODEL_NOT_FOUND = _r(
     "the model is missing: hostPath or claim not found (kubelet, scheduler) or no IR at the path (runtime)",
 )
 VOLUME_MOUNT_FAILED = _r(
-    "VolumeMountFailed", "Ready", FAILED, "the kubelet cannot mount the model volume (its FailedMount message)"
+    "VolumeMountFailed",
+    "Ready",
+    FAILED,
+    "the kubelet cannot mount the model volume (its FailedMount message; not the Node authorizer's lag on a "
+    'just-bound pod, "no relationship found between node", which the kubelet\'s retry gets past)',
 )
 MODEL_DOWNLOADING = _r("ModelDownloading", "Ready", PENDING, "the Hugging Face init container is downloading the model")
 MODEL_DOWNLOAD_FAILED = _r(
