@@ -132,10 +132,15 @@ def self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def proc_stat(pid: int | str) -> list[str]:
+    """/proc/PID/stat's fields after the command name (state, ppid, ...; utime and stime at 11 and 12)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def proc_cpu(pid: int) -> float:
     """CPU seconds (user + system) of one process, all its threads; 0 once it is gone."""
     try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        f = proc_stat(pid)
     except OSError:
         return 0.0
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
@@ -299,7 +304,7 @@ class Server:
         kids = []
         for d in Path("/proc").iterdir():  # children of any of its threads
             try:
-                if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                if d.name.isdigit() and int(proc_stat(d.name)[1]) == self.proc.pid:
                     kids.append(int(d.name))
             except (OSError, IndexError, ValueError):
                 pass
@@ -389,8 +394,9 @@ class HttpClient:
                     last = time.perf_counter()
                     first = first or last
                 carry = buf[-USAGE_TAIL:]
-            line = next(x for x in carry.split(b"\n") if USAGE_KEY in x)
-            n = json.loads(line[len(b"data: ") :])["usage"]["completion_tokens"]
+            line = next((x for x in carry.split(b"\n") if USAGE_KEY in x), None)
+            if line is not None:  # else n stays 0 and the token check below warns
+                n = json.loads(line[len(b"data: ") :])["usage"]["completion_tokens"]
         return first, last, n
 
     async def run(self, n: int, max_new: int, server: Server | None = None) -> Run:

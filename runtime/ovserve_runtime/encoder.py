@@ -46,25 +46,23 @@ class BatchEncoder:
 
     # --- the encoder thread ----------------------------------------------------------------------
     def _run(self) -> None:
-        held: list = []  # taken from the queue, left for the next batch
         while True:
-            item = held.pop(0) if held else self._q.get()
-            if item is None:
+            items = [self._q.get()]
+            while len(items) < self.max_batch:  # everything waiting now
+                try:
+                    items.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            # one call per add_special_tokens value; a long prompt alone (its row would pad the others)
+            batches: dict[tuple, list] = {}
+            for it in items:
+                if it is not None:
+                    alone = id(it) if len(it[0]) > ALONE_CHARS else None
+                    batches.setdefault((it[1], alone), []).append(it)
+            for batch in batches.values():
+                self._encode(batch)
+            if None in items:  # closed
                 return
-            batch = [item]
-            if len(item[0]) <= ALONE_CHARS:
-                while len(batch) < self.max_batch:
-                    try:
-                        nxt = self._q.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None or nxt[1] != item[1] or len(nxt[0]) > ALONE_CHARS:
-                        held.append(nxt)
-                        if nxt is None:
-                            break
-                        continue
-                    batch.append(nxt)
-            self._encode(batch)
 
     def _encode(self, batch: list) -> None:
         try:

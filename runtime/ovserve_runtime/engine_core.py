@@ -88,7 +88,7 @@ class _CoreEngine(CBEngine):
     def __init__(self, pipeline, kind: PipelineType, conn, max_active: int) -> None:
         super().__init__(pipeline, kind, max_active=max_active)
         self.conn = conn
-        self.preparing = 0  # from the latest "add": requests the HTTP side was still parsing
+        self.announced = 0  # from the latest "add" or "preparing": requests the HTTP side is still parsing
         self.send_lock = threading.Lock()
 
     def submit(self, req: GenRequest) -> None:
@@ -120,7 +120,7 @@ class _CoreEngine(CBEngine):
             time.sleep(BURST_GAP_S)
             now = self._inbox.qsize()
             # over when nothing came for a gap and the HTTP side said it was preparing no more
-            if now == seen and self.preparing <= 0:
+            if now == seen and self.announced <= 0:
                 return
             seen = now
 
@@ -167,7 +167,7 @@ def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str,
         while True:
             msg = recv(conn)
             if msg[0] == "add":
-                _, rid, ids, tensor, cfg, engine.preparing = msg
+                _, rid, ids, tensor, cfg, engine.announced = msg
                 req = GenRequest(
                     config=config_from_dict(cfg),
                     max_new_tokens=cfg["max_new_tokens"],
@@ -177,7 +177,7 @@ def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str,
                 reqs[rid] = req
                 engine.submit(req)
             elif msg[0] == "preparing":
-                engine.preparing = msg[1]
+                engine.announced = msg[1]
             elif msg[0] == "cancel":
                 req = reqs.pop(msg[1], None)
                 if req is not None:

@@ -259,10 +259,14 @@ class App:
         )
         return err.response(headers={"Retry-After": str(retry)})
 
+    def _on_the_way(self, leaving: int = 0) -> int:
+        """Admitted requests not yet submitted to the engine, less `leaving` (the caller's own)."""
+        return self.admission.inflight - self.drain.generating() - leaving
+
     def _hint_preparing(self, leaving: int = 0) -> None:
         """Tell the engine how many admitted requests are on their way (a burst's first prefill waits)."""
         if self.engine is not None:
-            self.engine.preparing(self.admission.inflight - self.drain.generating() - leaving)
+            self.engine.preparing(self._on_the_way(leaving))
 
     async def _admitted(self, request: web.Request, chat: bool, endpoint: str, arrived: float) -> web.StreamResponse:
         self._hint_preparing()
@@ -279,7 +283,7 @@ class App:
         greq.events = Events()
         greq.submitted_at = arrived
         # admitted, not yet submitted: the engine waiting to prefill a burst knows more is coming
-        greq.preparing = self.admission.inflight - self.drain.generating() - 1
+        greq.preparing = self._on_the_way(leaving=1)
         try:
             self.engine.submit(greq)
         except Exception as exc:
