@@ -165,6 +165,7 @@ class Engine:
 
     continuous_batching = False
     capacity = 1  # requests generating at once (CB: max_num_seqs)
+    in_process = True  # the pipeline runs in this process (not in an engine-core process)
 
     def __init__(self, pipeline, kind: PipelineType) -> None:
         self.pipeline = pipeline
@@ -218,6 +219,10 @@ class Engine:
         self._wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The server's event loop: requests submitted from it get their events delivered there in batches."""
+        self.loop = loop
 
     def preparing(self, count: int) -> None:
         """The server admitted requests it has not submitted yet (`count`); an engine that gathers a burst

@@ -171,7 +171,7 @@ class App:
         self.engine = engine
         self.max_position = max_position
         self.encoder = BatchEncoder(engine.tokenizer)
-        engine.loop = asyncio.get_running_loop()
+        engine.attach(asyncio.get_running_loop())
         self.admission.capacity = engine.capacity
         self.metrics.attach(engine, self.counts)
 

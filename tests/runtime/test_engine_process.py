@@ -70,3 +70,33 @@ def test_engine_process_dies_with_the_runtime(tiny_models, server_factory):
     srv.proc.kill()  # SIGKILL: no cleanup code runs in the parent
     srv.proc.wait()
     assert wait_until(lambda: not _alive(engine)), f"engine process {engine} outlived its parent"
+
+
+def _policies(pid: int) -> set[int]:
+    """The scheduling policy of every thread of a process."""
+    out = set()
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out.add(os.sched_getscheduler(int(t.name)))
+        except OSError:  # the thread ended meanwhile
+            pass
+    return out
+
+
+def test_http_threads_yield_to_the_engine_process(cb_server):
+    """The event loop's thread (and what it starts) runs SCHED_BATCH, the engine process SCHED_OTHER: a step's
+    pipe write must not hand the engine's core to the HTTP process it wakes. Requests served after the pipe
+    moved from the reader thread to the event loop stream every token."""
+    srv = cb_server
+    c = openai.OpenAI(base_url=srv.url + "/v3", api_key="x", max_retries=0, timeout=30)
+    for _ in range(2):  # the request pool's and encoder's threads exist now
+        chunks = list(
+            c.completions.create(
+                model="tiny-llm", prompt="hello", max_tokens=12, stream=True, extra_body={"ignore_eos": True}
+            )
+        )
+        assert sum(1 for ch in chunks if ch.choices and ch.choices[0].text) >= 1
+        assert chunks[-1].choices[0].finish_reason == "length"
+    assert os.sched_getscheduler(srv.proc.pid) == os.SCHED_BATCH  # the main thread runs the event loop
+    assert _policies(_engine_pid(srv)) == {os.SCHED_OTHER}
+    assert "HTTP threads: SCHED_BATCH" in srv.log.read_text()
