@@ -129,6 +129,9 @@ class GenRequest:
     generated: int = 0
     finish_reason_raw: Any = None  # the last GenerationFinishReason the CB pipeline reported
     preparing: int = 0  # requests the server was still parsing when it submitted this one (burst gathering)
+    # On the event loop: takes a step's token ids instead of the events queue (no handler wake-up); returns
+    # False when it cannot now (then the event is queued, and so is everything after it until the queue is empty)
+    sink: Callable[[list[int]], bool] | None = None
 
     def record(self, kind: str) -> None:
         """Bookkeeping done on the engine thread when an event is produced."""
@@ -510,10 +513,19 @@ def _status_values() -> tuple[int, frozenset[int]]:
     return s.IGNORED.value, frozenset(x.value for x in (s.FINISHED, s.STOP, s.CANCEL))
 
 
+def deliver(req: GenRequest, kind: str, value: Any) -> None:
+    """On the event loop: one event to its request's handler, through its sink when it has one and nothing is
+    queued before it (the order of a request's events is kept)."""
+    sink = req.sink
+    if sink is not None and kind == "tokens" and req.events.empty() and sink(value):
+        return
+    req.events.put_nowait((kind, value))
+
+
 def _deliver(loop: asyncio.AbstractEventLoop, out: list, ev: threading.Event) -> None:
-    """On the event loop: one step's events into their requests' queues."""
+    """On the event loop: one step's events to their requests."""
     for req, kind, value in out:
-        req.events.put_nowait((kind, value))
+        deliver(req, kind, value)
     loop.call_soon(ev.set)
 
 

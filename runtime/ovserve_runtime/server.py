@@ -306,6 +306,7 @@ class App:
             status = "499"  # client closed the request
             raise
         finally:
+            greq.sink = None  # nothing may reach this connection once its handler is gone (keep-alive reuse)
             self.drain.untrack(greq)
             self.engine.cancel(greq)  # no-op when finished; frees the slot otherwise
             self.metrics.requests.labels(endpoint, status).inc()
@@ -510,6 +511,7 @@ class App:
 
     async def _collect(self, greq, rid: str, chat: bool, prompt_tokens: int) -> web.Response:
         detok = Detokenizer(self.engine.tokenizer)  # one decode at the end: no table needed
+        greq.sink = lambda ids: detok.ids.extend(ids) or True  # tokens gather without waking this handler
         finish = "stop"
         async for kind, value in self._events(greq):
             if kind == "tokens":
@@ -591,9 +593,28 @@ class App:
                 "X-Accel-Buffering": "no",
             }
         )
+        busy = False  # this handler is waiting for a write to drain: the sink must not write meanwhile
+
+        def sink(ids: list[int]) -> bool:
+            """A step's tokens straight from the engine's delivery to the socket, without waking this handler
+            (a task wake-up per token per stream was the largest part of the HTTP process's per-token time).
+            Declines while a write of the handler's is pending or the client is behind: the handler takes over."""
+            if busy or transport is None or transport.is_closing():
+                return False
+            if transport.get_write_buffer_size():  # the kernel's buffer is full: aiohttp's write waits for the client
+                return False
+            delta = detok.add(ids)
+            if delta:
+                data = text_chunk(delta)
+                # after prepare() and the first write, aiohttp's writer adds nothing but this framing
+                transport.write(b"%x\r\n%b\r\n" % (len(data), data) if chunked else data)
+            return True
+
         try:
             await resp.prepare(request)
             request[STREAMING] = True
+            transport = request.transport
+            chunked = resp.headers.get("Transfer-Encoding") == "chunked"
             detok = Detokenizer(self.engine.tokenizer, self.engine.token_table)
             # chunks not yet written: the role chunk goes out with the first text, the last text with the end
             out = [chunk("", None, first=True)] if chat else []
@@ -613,8 +634,13 @@ class App:
                     if delta:
                         out.append(text_chunk(delta))
                     if out and not pending:  # the stream goes on (when its end is queued, one write for both)
-                        await resp.write(b"".join(out))
+                        busy = True
+                        try:
+                            await resp.write(b"".join(out))  # the first one also sends the headers
+                        finally:
+                            busy = False
                         out = []
+                        greq.sink = sink
                     continue
                 if kind == "error":
                     out.append(b"data: " + json.dumps(_event_error(value).body()).encode() + b"\n\n")
