@@ -342,6 +342,7 @@ class CBEngine(Engine):
         self._metrics = None
         self._dirty = False  # cancelled requests not yet dropped by a step
         self._out: list[tuple[GenRequest, str, Any]] = []  # this step's events, delivered in one callback
+        self.step_s: float | None = None  # a moving average of step() wall times
 
     def base_config(self):
         return self._base
@@ -408,7 +409,7 @@ class CBEngine(Engine):
         return victims
 
     def _collect(self) -> None:
-        ignored, done_states = _status_values()
+        ignored, done_states, unfinished = _status_values()
         for rid, (req, h) in list(self._active.items()):
             if req.cancelled:
                 h.cancel()
@@ -426,6 +427,8 @@ class CBEngine(Engine):
                 if ids:
                     req.generated += len(ids)
                     self._emit(req, "tokens", ids)
+                    if req.finish_reason_raw.value == unfinished:
+                        continue  # still generating: no status call (a step's Python time is per request)
             status = h.get_status().value  # an int: comparing pybind11 enums costs microseconds per request
             if status == ignored:
                 del self._active[rid]
@@ -491,7 +494,10 @@ class CBEngine(Engine):
             # also step with nothing active: a cancelled request's KV blocks are released by a step
             if self._active or self._pending_work():
                 if pipe.has_non_finished_requests():
+                    t = time.monotonic()
                     pipe.step()  # raising is fatal: _run_guarded answers every request
+                    t = time.monotonic() - t
+                    self.step_s = t if self.step_s is None else 0.8 * self.step_s + 0.2 * t
                     try:
                         self._metrics = pipe.get_metrics()  # about a microsecond
                     except Exception:  # metrics are best effort
@@ -505,12 +511,16 @@ class CBEngine(Engine):
 
 
 @functools.cache
-def _status_values() -> tuple[int, frozenset[int]]:
-    """GenerationStatus values: (IGNORED, {FINISHED, STOP, CANCEL})."""
+def _status_values() -> tuple[int, frozenset[int], int]:
+    """GenerationStatus values (IGNORED, {FINISHED, STOP, CANCEL}) and GenerationFinishReason.NONE's."""
     import openvino_genai as g
 
     s = g.GenerationStatus
-    return s.IGNORED.value, frozenset(x.value for x in (s.FINISHED, s.STOP, s.CANCEL))
+    return (
+        s.IGNORED.value,
+        frozenset(x.value for x in (s.FINISHED, s.STOP, s.CANCEL)),
+        g.GenerationFinishReason.NONE.value,
+    )
 
 
 def deliver(req: GenRequest, kind: str, value: Any) -> None:

@@ -42,8 +42,11 @@ from .report import PipelineType
 
 log = logging.getLogger("ovserve.engine_core")
 
-# burst gathering when the engine wakes from idle: stop when no request came for BURST_GAP_S, at most BURST_MAX_S
+# burst gathering when the engine wakes from idle: stop when no request came for a gap, at most BURST_MAX_S. The
+# gap is BURST_GAP_S, or the last busy period's step time when shorter (not under BURST_GAP_MIN_S): a request that
+# misses the burst's prefill joins the next step, so waiting longer than a step for it costs more than it saves
 BURST_GAP_S = 0.002
+BURST_GAP_MIN_S = 0.0002
 BURST_MAX_S = 0.25
 
 # step messages the event loop takes from the pipe in one go
@@ -130,8 +133,9 @@ class _CoreEngine(CBEngine):
         self._flush()
         deadline = time.monotonic() + BURST_MAX_S
         seen = self._inbox.qsize()
+        gap = BURST_GAP_S if self.step_s is None else min(BURST_GAP_S, max(BURST_GAP_MIN_S, self.step_s))
         while time.monotonic() < deadline:
-            time.sleep(BURST_GAP_S)
+            time.sleep(gap)
             now = self._inbox.qsize()
             # over when nothing came for a gap and the HTTP side said it was preparing no more
             if now == seen and self.announced <= 0:
