@@ -16,6 +16,9 @@ machine, and it says where the time goes: on a box whose cores are all busy, thr
 
 The default client is a lean aiohttp SSE reader (the client shares the CPU with the server, and the
 openai client's per-chunk parsing would dominate on small models); `--client openai` uses the openai client.
+While the HTTP runs, the client's thread is SCHED_BATCH (`--client-policy other` keeps the default): it stands
+for users on other machines, so its wake-ups should not preempt the engine's inference threads, which the raw
+loop never shares its cores with. Its CPU per token is still counted, and still taken from the same cores.
 
 Second opinion (`--aiperf`): after our own paired runs, NVIDIA AIPerf (`aiperf profile`, pinned in
 hack/bench/requirements-aiperf.txt, its own cached venv made on demand by hack/bench/aiperf-venv.sh) runs
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -334,9 +338,28 @@ TEXT_KEY, EMPTY_TEXT, USAGE_KEY = b'"text": "', b'"text": ""', b'"usage": {'
 USAGE_TAIL = 1024  # the usage event and [DONE] end the stream: the last bytes hold them
 
 
+@contextlib.contextmanager
+def sched_policy(policy: int | None):
+    """This thread's scheduling policy for a while (None: unchanged); SCHED_BATCH <-> SCHED_OTHER needs no
+    privilege."""
+    if policy is None:
+        yield
+        return
+    before = os.sched_getscheduler(0)
+    os.sched_setscheduler(0, policy, os.sched_param(0))
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, before, os.sched_param(0))
+
+
+def client_policy(a) -> int | None:
+    return os.SCHED_BATCH if a.client_policy == "batch" and hasattr(os, "SCHED_BATCH") else None
+
+
 class HttpClient:
-    def __init__(self, url: str, kind: str) -> None:
-        self.url, self.kind = url, kind
+    def __init__(self, url: str, kind: str, policy: int | None = None) -> None:
+        self.url, self.kind, self.policy = url, kind, policy
 
     async def __aenter__(self):
         if self.kind == "openai":
@@ -403,9 +426,10 @@ class HttpClient:
         """One burst; with `server`, the CPU it took: the HTTP process, its children (the engine), this client."""
         pid, kids = server.pids() if server is not None else (None, [])
         c0 = (self_cpu(), proc_cpu(pid) if pid else 0.0, sum(proc_cpu(k) for k in kids))
-        t0 = time.perf_counter()
-        res = await asyncio.gather(*(self.one(p, max_new) for p in prompts(n)))
-        wall = time.perf_counter() - t0
+        with sched_policy(self.policy):
+            t0 = time.perf_counter()
+            res = await asyncio.gather(*(self.one(p, max_new) for p in prompts(n)))
+            wall = time.perf_counter() - t0
         # tokens per chunk may exceed one (a step's tokens): TPOT uses the usage count
         run = _run(wall, t0, [r[0] for r in res], [r[1] for r in res], [r[2] for r in res])
         if pid:
@@ -444,7 +468,7 @@ def bench_model(model: str, a) -> dict:
     try:
 
         async def paired() -> None:
-            async with HttpClient(srv.url, a.client) as c:
+            async with HttpClient(srv.url, a.client, client_policy(a)) as c:
                 await c.run(1, 4)  # warmup
                 pairs: dict[int, list[tuple[Run, Run]]] = {n: [] for n in ns}
                 for rep in range(a.reps):
@@ -487,7 +511,7 @@ def bench_model(model: str, a) -> dict:
         try:
 
             async def leg() -> dict:
-                async with HttpClient(srv.url, a.client) as c:
+                async with HttpClient(srv.url, a.client, client_policy(a)) as c:
                     await c.run(1, 4)
                     return {n: summarize([await c.run(n, a.max_tokens)]) for n in lns}
 
@@ -605,6 +629,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="paired raw/HTTP repetitions per stream count")
     ap.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS for every pipeline")
     ap.add_argument("--client", choices=["lean", "openai"], default="lean")
+    ap.add_argument(
+        "--client-policy",
+        choices=["batch", "other"],
+        default="batch",
+        help="the client's scheduling policy during HTTP runs (batch: it does not preempt the server)",
+    )
     ap.add_argument("--server-args", default="", help="extra ovserve-runtime flags, e.g. --no-engine-process")
     ap.add_argument("--json", action="store_true", help="also print one RESULT json line per model")
     ap.add_argument(
@@ -617,7 +647,8 @@ def main() -> None:
     a = ap.parse_args()
     a.aiperf_exe = find_aiperf() if a.aiperf else None
     print(
-        f"max_tokens {a.max_tokens}, {a.reps} paired reps, threads {a.threads}, client {a.client}, "
+        f"max_tokens {a.max_tokens}, {a.reps} paired reps, threads {a.threads}, client {a.client} "
+        f"({a.client_policy} policy), "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus",
         file=sys.stderr,
     )
