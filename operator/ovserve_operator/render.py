@@ -136,6 +136,8 @@ def runtime_args(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> l
             args += ["--kv-cache-precision", str(sched.kvCachePrecision)]
     if spec.serving is not None and spec.serving.maxQueuedRequests is not None:
         args += ["--max-queued-requests", str(spec.serving.maxQueuedRequests)]
+    if spec.serving is not None and spec.serving.streamIntervalMs is not None:
+        args += ["--stream-interval-ms", f"{spec.serving.streamIntervalMs:g}"]
     return args
 
 

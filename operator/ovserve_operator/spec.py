@@ -250,6 +250,15 @@ class ServingConfig(_Strict):
         "(one for a legacy pipeline) generate; beyond it the runtime answers 429 with Retry-After. "
         "Default: the runtime's (256). 0: no waiting room.",
     )
+    streamIntervalMs: float | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description="Streaming: text that comes within this many milliseconds of a stream's last chunk waits and "
+        "goes out in one chunk at the end of the interval: fewer writes and client wake-ups when a stream runs "
+        "faster than 1000/streamIntervalMs tokens per second (small models), nothing held below that; the first "
+        "token is never held. 0: a chunk per engine step. Default: the runtime's (10).",
+    )
 
 
 class LLMServingSpec(_Strict):

@@ -49,6 +49,7 @@ class ServerConfig:
     max_decoded_image_bytes: int = 256 * 1024 * 1024  # RGB bytes of all the images of one request
     prepare_threads: int = 0  # workers for bodies over INLINE_BODY_BYTES (validation, template, images); 0: min(4,CPUs)
     drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight requests may still run (drain.py)
+    stream_interval_s: float = 0.01  # a stream's text within this long of its last write waits for one write
 
 
 class ApiError(Exception):
@@ -594,21 +595,61 @@ class App:
             }
         )
         busy = False  # this handler is waiting for a write to drain: the sink must not write meanwhile
+        loop = asyncio.get_running_loop()
+        interval = self.cfg.stream_interval_s
+        held: list[str] = []  # text waiting for this stream's next write (stream interval)
+        timer: asyncio.TimerHandle | None = None  # the write of the held text
+        due = 0.0  # loop time of this stream's next write: text before it is held
+
+        def can_write() -> bool:
+            if busy or transport is None or transport.is_closing():
+                return False
+            # the kernel's buffer is full when aiohttp's transport holds bytes: a write would wait for the client
+            return not transport.get_write_buffer_size()
+
+        def send(text: str) -> None:
+            nonlocal due
+            data = text_chunk(text)
+            # after prepare() and the first write, aiohttp's writer adds nothing but this framing
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data) if chunked else data)
+            due = loop.time() + interval
+
+        def take_held() -> str:
+            nonlocal timer
+            if timer is not None:
+                timer.cancel()
+                timer = None
+            text = "".join(held)
+            held.clear()
+            return text
 
         def sink(ids: list[int]) -> bool:
             """A step's tokens straight from the engine's delivery to the socket, without waking this handler
             (a task wake-up per token per stream was the largest part of the HTTP process's per-token time).
+            Text that comes within the stream interval of the last write waits for one write at its end.
             Declines while a write of the handler's is pending or the client is behind: the handler takes over."""
-            if busy or transport is None or transport.is_closing():
-                return False
-            if transport.get_write_buffer_size():  # the kernel's buffer is full: aiohttp's write waits for the client
+            nonlocal timer
+            if not can_write():
                 return False
             delta = detok.add(ids)
             if delta:
-                data = text_chunk(delta)
-                # after prepare() and the first write, aiohttp's writer adds nothing but this framing
-                transport.write(b"%x\r\n%b\r\n" % (len(data), data) if chunked else data)
+                if held or (interval and loop.time() < due):
+                    held.append(delta)
+                    if timer is None:
+                        timer = loop.call_at(due, release)
+                else:
+                    send(delta)
             return True
+
+        def release() -> None:
+            nonlocal timer
+            timer = None
+            if not held:
+                return
+            if can_write():
+                send(take_held())
+            else:  # the handler writes the held text before whatever comes next
+                greq.events.put_nowait(("tokens", []))
 
         try:
             await resp.prepare(request)
@@ -630,7 +671,7 @@ class App:
                             pending.append(nxt)
                             break
                         value = value + nxt[1]
-                    delta = detok.add(value)
+                    delta = take_held() + (detok.add(value) if value else "")
                     if delta:
                         out.append(text_chunk(delta))
                     if out and not pending:  # the stream goes on (when its end is queued, one write for both)
@@ -640,6 +681,7 @@ class App:
                         finally:
                             busy = False
                         out = []
+                        due = loop.time() + interval
                         greq.sink = sink
                     continue
                 if kind == "error":
@@ -648,7 +690,7 @@ class App:
                 else:
                     finish = value
                 break
-            tail = detok.flush() if finish is not None else ""  # nothing more after an error event
+            tail = take_held() + (detok.flush() if finish is not None else "")  # no flush after an error event
             if tail:
                 out.append(chunk(tail, None))
             if finish is not None:
@@ -674,6 +716,8 @@ class App:
             # the client went away while we wrote (a disconnect the handler was not yet cancelled for): the
             # handler returns and aiohttp drops the connection quietly; escaping, it would log a server error
             request[CLIENT_GONE] = True
+        finally:
+            take_held()  # no held text may reach this connection after the handler (keep-alive reuse)
         return resp
 
 

@@ -112,6 +112,9 @@ def test_env_twins(tiny_models, tmp_path):
         (("--max-queued-requests", "-1"), {}, "argument --max-queued-requests: must be >= 0, got -1"),
         ((), {"OVSERVE_MAX_QUEUED_REQUESTS": "-2"}, "OVSERVE_MAX_QUEUED_REQUESTS='-2': must be >= 0, got -2"),
         ((), {"OVSERVE_PORT": "eighty"}, "OVSERVE_PORT='eighty': invalid literal for int()"),
+        (("--stream-interval-ms", "-1"), {}, "argument --stream-interval-ms: must be a number >= 0, got '-1'"),
+        (("--stream-interval-ms", "1001"), {}, "argument --stream-interval-ms: must be at most 1000 ms, got '1001'"),
+        ((), {"OVSERVE_STREAM_INTERVAL_MS": "nan"}, "OVSERVE_STREAM_INTERVAL_MS='nan': must be a number >= 0"),
     ],
 )
 def test_bad_flag_values_are_usage_errors(args, env, message):
@@ -170,6 +173,7 @@ def test_help_explains_every_option():
         "--max-image-pixels",
         "--max-decoded-image-bytes",
         "--prepare-threads",
+        "--stream-interval-ms",
     ):
         assert flag in out, flag
     for env in (
@@ -181,6 +185,7 @@ def test_help_explains_every_option():
         "OVSERVE_MAX_IMAGE_PIXELS",
         "OVSERVE_MAX_DECODED_IMAGE_BYTES",
         "OVSERVE_PREPARE_THREADS",
+        "OVSERVE_STREAM_INTERVAL_MS",
     ):
         assert env in out, env
     assert "never downgraded" in out

@@ -474,3 +474,44 @@ def test_a_stalled_reader_gets_the_whole_stream(cb_server, version):
     text, payloads = _sse_text(body)
     assert text == full.choices[0].text
     assert payloads[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def _chat_stream_chunks(server, **kw) -> tuple[list[tuple[float, str]], str | None, float]:
+    """A streamed chat completion through the openai client: (arrival time, text) of each chunk with text, the
+    finish reason, and the seconds from the request to the end of the stream."""
+    t0 = time.monotonic()
+    chunks, finish = [], None
+    for c in client(server).chat.completions.create(stream=True, **kw):
+        if c.choices and c.choices[0].delta.content:
+            chunks.append((time.monotonic() - t0, c.choices[0].delta.content))
+        if c.choices and c.choices[0].finish_reason:
+            finish = c.choices[0].finish_reason
+    return chunks, finish, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("interval_ms", [50, 0])
+def test_stream_interval_gathers_a_streams_text_into_fewer_chunks(tiny_models, server_factory, interval_ms):
+    """--stream-interval-ms: text that comes within the interval of a stream's last chunk goes out in one chunk at
+    the interval's end (by a timer: the text does not wait for more tokens), so a stream has at most one chunk
+    per interval besides its first and last ones, and the text is the same; 0 gives a chunk per engine step."""
+    model = tiny_models / "tiny-llm"
+    srv = server_factory(model, "--served-name", "tiny-llm", "--stream-interval-ms", str(interval_ms))
+    kw = {
+        "model": "tiny-llm",
+        "messages": [{"role": "user", "content": "the quick brown fox"}],
+        "max_tokens": 480,
+        "temperature": 0,
+        "extra_body": {"ignore_eos": True},
+    }
+    full = client(srv).chat.completions.create(**kw)
+    chunks, finish, took = _chat_stream_chunks(srv, **kw)
+    assert "".join(t for _, t in chunks) == full.choices[0].message.content and finish == "length"
+    assert full.usage.completion_tokens == 480
+    if interval_ms == 0:  # one engine step at a time: a token per chunk but where a character spans tokens
+        assert len(chunks) >= 240, len(chunks)
+        return
+    interval_s = interval_ms / 1000
+    # the server writes a text chunk at most once per interval after the first (the client can only see fewer)
+    assert len(chunks) <= took / interval_s + 2, (len(chunks), took)
+    # held text goes out when its interval ends, not only with the end of the stream
+    assert len(chunks) >= min(3, took / interval_s - 1), (len(chunks), took)

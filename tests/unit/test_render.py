@@ -241,7 +241,7 @@ def test_scheduler_flags_and_overrides():
                 "dynamicSplitFuse": False,
                 "kvCachePrecision": "u8",
             },
-            "serving": {"maxQueuedRequests": 0},
+            "serving": {"maxQueuedRequests": 0, "streamIntervalMs": 2.5},
         }
     )
     c = container(pod)
@@ -250,7 +250,7 @@ def test_scheduler_flags_and_overrides():
     assert arg(args, "--cache-size-gb") == "2" and arg(args, "--max-num-seqs") == "8"
     assert arg(args, "--max-num-batched-tokens") == "512" and arg(args, "--kv-cache-precision") == "u8"
     assert "--enable-prefix-caching" in args and "--no-dynamic-split-fuse" in args
-    assert arg(args, "--max-queued-requests") == "0"
+    assert arg(args, "--max-queued-requests") == "0" and arg(args, "--stream-interval-ms") == "2.5"
     assert c["image"] == "registry.example/ovserve:1"
     assert dep["spec"]["replicas"] == 3
     assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
