@@ -337,13 +337,14 @@ async def _burst(url: str, n: int) -> list[tuple[int, str, str]]:
 
 
 def test_admission_bound_and_fatal_exit_through_the_cluster(cluster, truth_ns, truth_operator, truth_models):
-    """spec.serving.maxQueuedRequests reaches the runtime (429 + Retry-After through the Service); a broken
-    engine makes the container exit 3 with its report as the termination message, and it recovers."""
+    """spec.serving.maxQueuedRequests reaches the runtime (429 + Retry-After through the Service), and so does
+    streamIntervalMs (its flag); a broken engine makes the container exit 3 with its report as the termination
+    message, and it recovers."""
     name = "bounded"
     spec = {
         "model": pvc_model("tiny-llm"),
         "scheduler": {"maxNumSeqs": 1},
-        "serving": {"maxQueuedRequests": 0},  # one request at a time per pod, no waiting room
+        "serving": {"maxQueuedRequests": 0, "streamIntervalMs": 2.5},  # one request at a time per pod, no waiting room
     }
     cluster.apply(llms(name, spec), truth_ns)
     cluster.wait_for(lambda: status(cluster, truth_ns, name).get("phase") == "Ready", 240, "bounded Ready")
@@ -355,8 +356,10 @@ def test_admission_bound_and_fatal_exit_through_the_cluster(cluster, truth_ns, t
     assert all(r[2] == "data: [DONE]" for r in ok)
     assert all(int(r[1]) >= 1 and json.loads(r[2])["error"]["code"] == "queue_full" for r in refused)
 
-    # the engine process dies: the container exits 3 and the kubelet keeps its report
     pod = first_pod(cluster, truth_ns, name)["metadata"]["name"]
+    assert any(b"\0--stream-interval-ms\x002.5\0" in cmd for _pid, cmd in _runtime_pids(pod)), _runtime_pids(pod)
+
+    # the engine process dies: the container exits 3 and the kubelet keeps its report
     engine = [pid for pid, cmd in _runtime_pids(pod) if b"spawn_main" in cmd]
     assert len(engine) == 1, _runtime_pids(pod)
     os.kill(engine[0], signal.SIGKILL)
