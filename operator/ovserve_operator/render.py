@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ovserve_runtime.flags import RuntimeFlags
 from ovserve_runtime.report import PipelineType
 
 from . import spec as api
@@ -101,44 +102,35 @@ def _metadata(name: str, namespace: str, uid: str) -> dict[str, Any]:
     }
 
 
+def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> RuntimeFlags:
+    """The runtime's flags for this spec: what the spec leaves unset stays unset, so the runtime's own default
+    (or openvino-genai's) applies."""
+    sched = spec.scheduler or api.SchedulerConfig()
+    serving = spec.serving or api.ServingConfig()
+    given: dict[str, Any] = {
+        "model_path": model_path(name),
+        "served_name": spec.model.servedName or name,
+        "pipeline_type": spec.pipelineType,
+        "device": str(spec.device),
+        "host": "0.0.0.0",
+        "port": PORT,
+        "termination_log": TERMINATION_LOG,
+        "drain_timeout_seconds": drain_timeout_s,
+        "cache_size_gb": sched.cacheSizeGB,
+        "max_num_seqs": sched.maxNumSeqs,
+        "max_num_batched_tokens": sched.maxNumBatchedTokens,
+        # false is openvino-genai's default: not rendered, as before (an unchanged template hash)
+        "enable_prefix_caching": sched.enablePrefixCaching or None,
+        "dynamic_split_fuse": sched.dynamicSplitFuse,
+        "kv_cache_precision": str(sched.kvCachePrecision) if sched.kvCachePrecision is not None else None,
+        "max_queued_requests": serving.maxQueuedRequests,
+        "stream_interval_ms": serving.streamIntervalMs,
+    }
+    return RuntimeFlags(**{k: v for k, v in given.items() if v is not None})
+
+
 def runtime_args(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> list[str]:
-    args = [
-        "--model-path",
-        model_path(name),
-        "--served-name",
-        spec.model.servedName or name,
-        "--pipeline-type",
-        str(spec.pipelineType),
-        "--device",
-        str(spec.device),
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(PORT),
-        "--termination-log",
-        TERMINATION_LOG,
-        "--drain-timeout-seconds",
-        str(drain_timeout_s),
-    ]
-    sched = spec.scheduler
-    if sched is not None:
-        if sched.cacheSizeGB is not None:
-            args += ["--cache-size-gb", str(sched.cacheSizeGB)]
-        if sched.maxNumSeqs is not None:
-            args += ["--max-num-seqs", str(sched.maxNumSeqs)]
-        if sched.maxNumBatchedTokens is not None:
-            args += ["--max-num-batched-tokens", str(sched.maxNumBatchedTokens)]
-        if sched.enablePrefixCaching:
-            args += ["--enable-prefix-caching"]
-        if sched.dynamicSplitFuse is not None:
-            args += ["--dynamic-split-fuse" if sched.dynamicSplitFuse else "--no-dynamic-split-fuse"]
-        if sched.kvCachePrecision is not None:
-            args += ["--kv-cache-precision", str(sched.kvCachePrecision)]
-    if spec.serving is not None and spec.serving.maxQueuedRequests is not None:
-        args += ["--max-queued-requests", str(spec.serving.maxQueuedRequests)]
-    if spec.serving is not None and spec.serving.streamIntervalMs is not None:
-        args += ["--stream-interval-ms", f"{spec.serving.streamIntervalMs:g}"]
-    return args
+    return runtime_flags(name, spec, drain_timeout_s).to_args()
 
 
 def container_security_context() -> dict[str, Any]:

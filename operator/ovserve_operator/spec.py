@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
+from ovserve_runtime import flags
 from ovserve_runtime.report import PipelineType
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -143,10 +144,16 @@ class SchedulerConfig(_Strict):
     """Continuous-batching scheduler (openvino_genai.SchedulerConfig); used only by *_CB pipelines."""
 
     cacheSizeGB: int | None = Field(
-        None, ge=0, description="KV-cache size in GB; 0 lets the runtime pick (from free memory)."
+        None,
+        **flags.bounds("cache_size_gb"),
+        description="KV-cache size in GB; 0 lets the runtime pick (from free memory).",
     )
-    maxNumSeqs: int | None = Field(None, ge=1, description="Maximum number of sequences scheduled at once.")
-    maxNumBatchedTokens: int | None = Field(None, ge=1, description="Maximum number of tokens per scheduler step.")
+    maxNumSeqs: int | None = Field(
+        None, **flags.bounds("max_num_seqs"), description="Maximum number of sequences scheduled at once."
+    )
+    maxNumBatchedTokens: int | None = Field(
+        None, **flags.bounds("max_num_batched_tokens"), description="Maximum number of tokens per scheduler step."
+    )
     enablePrefixCaching: bool | None = Field(None, description="Reuse the KV cache of common prompt prefixes.")
     dynamicSplitFuse: bool | None = Field(None, description="Split long prompts across scheduler steps.")
     kvCachePrecision: KVCachePrecision | None = Field(None, description="KV-cache element precision.")
@@ -244,16 +251,14 @@ class ServingConfig(_Strict):
 
     maxQueuedRequests: int | None = Field(
         None,
-        ge=0,
-        le=1_000_000,
+        **flags.bounds("max_queued_requests"),
         description="Admission bound per pod: how many requests may wait while scheduler.maxNumSeqs of them "
         "(one for a legacy pipeline) generate; beyond it the runtime answers 429 with Retry-After. "
         "Default: the runtime's (256). 0: no waiting room.",
     )
     streamIntervalMs: float | None = Field(
         None,
-        ge=0,
-        le=1000,
+        **flags.bounds("stream_interval_ms"),
         description="Streaming: text that comes within this many milliseconds of a stream's last chunk waits and "
         "goes out in one chunk at the end of the interval: fewer writes and client wake-ups when a stream runs "
         "faster than 1000/streamIntervalMs tokens per second (small models), nothing held below that; the first "

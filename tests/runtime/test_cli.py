@@ -109,12 +109,12 @@ def test_env_twins(tiny_models, tmp_path):
 @pytest.mark.parametrize(
     "args,env,message",
     [
-        (("--max-queued-requests", "-1"), {}, "argument --max-queued-requests: must be >= 0, got -1"),
-        ((), {"OVSERVE_MAX_QUEUED_REQUESTS": "-2"}, "OVSERVE_MAX_QUEUED_REQUESTS='-2': must be >= 0, got -2"),
-        ((), {"OVSERVE_PORT": "eighty"}, "OVSERVE_PORT='eighty': invalid literal for int()"),
-        (("--stream-interval-ms", "-1"), {}, "argument --stream-interval-ms: must be a number >= 0, got '-1'"),
-        (("--stream-interval-ms", "1001"), {}, "argument --stream-interval-ms: must be at most 1000 ms, got '1001'"),
-        ((), {"OVSERVE_STREAM_INTERVAL_MS": "nan"}, "OVSERVE_STREAM_INTERVAL_MS='nan': must be a number >= 0"),
+        (
+            ("--max-queued-requests", "-1"),
+            {},
+            "argument --max-queued-requests: input should be greater than or equal to 0",
+        ),
+        ((), {"OVSERVE_PORT": "eighty"}, "OVSERVE_PORT='eighty': input should be a valid integer"),
     ],
 )
 def test_bad_flag_values_are_usage_errors(args, env, message):
@@ -150,45 +150,13 @@ def test_scheduler_flags_reach_the_pipeline(tiny_models, server_factory):
 
 
 def test_help_explains_every_option():
+    """The installed entry point's --help (the table of cases is in tests/unit/test_flags.py)."""
+    from ovserve_runtime.flags import RuntimeFlags, env_name, flag_name
+
     out = subprocess.run(runtime_cmd("--help"), capture_output=True, text=True, env=runtime_env()).stdout
-    for flag in (
-        "--model-path",
-        "--served-name",
-        "--pipeline-type",
-        "--device",
-        "--host",
-        "--port",
-        "--termination-log",
-        "--cache-size-gb",
-        "--max-num-seqs",
-        "--max-num-batched-tokens",
-        "--enable-prefix-caching",
-        "--dynamic-split-fuse",
-        "--no-dynamic-split-fuse",
-        "--kv-cache-precision",
-        "--max-prompt-tokens",
-        "--max-queued-requests",
-        "--max-body-bytes",
-        "--max-images",
-        "--max-image-pixels",
-        "--max-decoded-image-bytes",
-        "--prepare-threads",
-        "--stream-interval-ms",
-    ):
-        assert flag in out, flag
-    for env in (
-        "OVSERVE_MAX_NUM_SEQS",
-        "OVSERVE_KV_CACHE_PRECISION",
-        "OVSERVE_PIPELINE_TYPE",
-        "OVSERVE_MAX_BODY_BYTES",
-        "OVSERVE_MAX_IMAGES",
-        "OVSERVE_MAX_IMAGE_PIXELS",
-        "OVSERVE_MAX_DECODED_IMAGE_BYTES",
-        "OVSERVE_PREPARE_THREADS",
-        "OVSERVE_STREAM_INTERVAL_MS",
-    ):
-        assert env in out, env
-    assert "never downgraded" in out
+    for name in RuntimeFlags.model_fields:
+        assert flag_name(name) in out and env_name(name) in out, name
+    assert "--no-dynamic-split-fuse" in out and "never downgraded" in out
 
 
 def test_not_ready_until_loaded(tiny_models, tmp_path):

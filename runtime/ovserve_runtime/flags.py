@@ -1,0 +1,365 @@
+"""The runtime's flags, typed, in one place.
+
+`RuntimeFlags` is what ovserve-runtime runs with. The CLI (cli.py) builds its parser and the OVSERVE_*
+environment twins from these fields and validates what it got into one RuntimeFlags; the operator renders a
+pod's command line from one (`to_args`), and its CRD takes the bounds of the flags it exposes (`bounds`); the
+flags table of docs/runtime.md is generated from it (python -m ovserve_runtime.flags --write docs/runtime.md).
+Names, types, bounds, defaults and help live here only. No I/O, no openvino: the operator imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from enum import Enum, StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from . import docblock
+from .report import PipelineType
+
+ENV_PREFIX = "OVSERVE_"
+
+
+class Group(StrEnum):
+    """Sections of --help and of the docs table, in this order."""
+
+    MODEL = "model"
+    SCHEDULER = "scheduler (continuous batching pipelines LM_CB/VLM_CB only)"
+    SERVER = "server"
+
+
+def _flag(default: Any, group: Group, metavar: str, doc: str, *, shown: str | None = None, **constraints: Any) -> Any:
+    """A field that is a flag. `doc` is its --help and docs text; `shown` the default as the docs say it
+    (when the value alone would not explain it, e.g. None = openvino-genai's choice)."""
+    extra = {"group": group.value, "metavar": metavar, "shown": shown}
+    return Field(default, description=doc, json_schema_extra=extra, **constraints)
+
+
+class RuntimeFlags(BaseModel):
+    """Every setting of ovserve-runtime. A field `max_num_seqs` is the flag --max-num-seqs and the environment
+    variable OVSERVE_MAX_NUM_SEQS. The field order is the order `to_args` writes them in: the operator's pod
+    template hash depends on it, so new fields go last."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_path: str | None = _flag(
+        None, Group.MODEL, "DIR", "directory of the exported OpenVINO model", shown="(required)"
+    )
+    served_name: str | None = _flag(
+        None,
+        Group.MODEL,
+        "NAME",
+        "model name clients send in 'model' and /v3/models lists",
+        shown="the directory name",
+    )
+    pipeline_type: PipelineType = _flag(
+        PipelineType.AUTO,
+        Group.MODEL,
+        "TYPE",
+        "AUTO: pick LM/VLM by directory content and prefer continuous batching, falling back to the legacy "
+        "pipeline only when PagedAttention is unsupported; LM_CB/VLM_CB: continuous batching or refuse (never "
+        "downgraded); LM/VLM: the legacy stateful pipeline with the SDPA backend",
+    )
+    device: str = _flag(
+        "CPU",
+        Group.MODEL,
+        "DEVICE",
+        "OpenVINO device: CPU or GPU (an Intel GPU; refused with DeviceUnavailable when openvino does not see one)",
+        min_length=1,
+    )
+    host: str = _flag("0.0.0.0", Group.SERVER, "ADDR", "listen address", min_length=1)
+    port: int = _flag(8000, Group.SERVER, "PORT", "listen port", ge=1, le=65535)
+    termination_log: str = _flag(
+        "/dev/termination-log",
+        Group.SERVER,
+        "FILE",
+        "file the failure report is written to (the Kubernetes termination message); skipped when not writable",
+    )
+    drain_timeout_seconds: float = _flag(
+        30.0,
+        Group.SERVER,
+        "S",
+        "on SIGTERM: readiness turns 503 and in-flight requests may finish for up to this long; then the streams "
+        "still running end with an error event and the process exits 0 (a second signal stops waiting); 0 = end "
+        "them at once (docs/runtime.md: Shutdown and drain)",
+        ge=0,
+        allow_inf_nan=False,
+    )
+    cache_size_gb: float | None = _flag(
+        None,
+        Group.SCHEDULER,
+        "GB",
+        "KV-cache size in whole GB reserved on the device; 0 lets openvino-genai size it",
+        shown="openvino-genai's",
+        ge=0,
+        allow_inf_nan=False,
+    )
+    max_num_seqs: int | None = _flag(
+        None,
+        Group.SCHEDULER,
+        "N",
+        "requests generating at once; the engine enforces it also under dynamic split-fuse, where openvino-genai "
+        "ignores it; the rest wait in the engine's queue",
+        shown="openvino-genai's (256)",
+        ge=1,
+    )
+    max_num_batched_tokens: int | None = _flag(
+        None,
+        Group.SCHEDULER,
+        "N",
+        "tokens processed in one step (prompt chunks and decode tokens)",
+        shown="openvino-genai's",
+        ge=1,
+    )
+    enable_prefix_caching: bool | None = _flag(
+        None,
+        Group.SCHEDULER,
+        "",
+        "reuse the KV-cache blocks of identical prompt prefixes across requests",
+        shown="openvino-genai's",
+    )
+    dynamic_split_fuse: bool | None = _flag(
+        None,
+        Group.SCHEDULER,
+        "",
+        "split long prompts into chunks and batch them with decode steps",
+        shown="openvino-genai's (on)",
+    )
+    kv_cache_precision: str | None = _flag(
+        None,
+        Group.SCHEDULER,
+        "TYPE",
+        "KV-cache element type (KV_CACHE_PRECISION), e.g. u8, f16 (the CPU plugin refuses f32 when it runs bf16 "
+        "inference: ModelLoadFailed)",
+        shown="the plugin's",
+        min_length=1,
+    )
+    max_queued_requests: int = _flag(
+        256,
+        Group.SERVER,
+        "N",
+        "admission bound: at most this many requests wait while max_num_seqs (one for the legacy pipeline) "
+        "generate; beyond it 429 queue_full with Retry-After; 0 = no waiting room (docs/runtime.md: Admission)",
+        ge=0,
+        le=1_000_000,
+    )
+    stream_interval_ms: float = _flag(
+        10.0,
+        Group.SERVER,
+        "MS",
+        "a stream's text that comes within this long of its last chunk waits and goes out in one chunk at the end "
+        "of the interval: fewer writes and client wake-ups when a stream runs faster than 1000/MS tokens per "
+        "second, nothing held below that; the first token is never held; 0 = a chunk per engine step",
+        ge=0,
+        le=1000,
+        allow_inf_nan=False,
+    )
+    inference_threads: int = _flag(
+        0,
+        Group.MODEL,
+        "N",
+        "INFERENCE_NUM_THREADS of the CPU plugin; 0 = openvino's default (all cores)",
+        ge=0,
+    )
+    engine_process: bool = _flag(
+        True,
+        Group.SCHEDULER,
+        "",
+        "run a text model's ContinuousBatchingPipeline in an engine-core child process, so that HTTP work "
+        "overlaps inference (off: a thread in this process; docs/runtime.md: Serving architecture)",
+    )
+    max_prompt_tokens: int = _flag(
+        0,
+        Group.SERVER,
+        "N",
+        "longer prompts get 400 context_length_exceeded; 0 = the model's max position embeddings",
+        ge=0,
+    )
+    default_max_tokens: int = _flag(
+        512, Group.SERVER, "N", "max_tokens when a request sets none (capped by the context)", ge=1
+    )
+    max_body_bytes: int = _flag(
+        32 * 1024 * 1024,
+        Group.SERVER,
+        "BYTES",
+        "larger request bodies get 413 request_too_large, refused on Content-Length before they are read (with "
+        "Expect: 100-continue, as curl sends over 1 MiB, before they are uploaded); a chunked body is cut at "
+        "the limit",
+        shown="33554432 (32 MiB)",
+        ge=1,
+    )
+    max_images: int = _flag(
+        16,
+        Group.SERVER,
+        "N",
+        "image_url parts per request; more get 400 too_many_images (counted before any is decoded)",
+        ge=0,
+    )
+    max_image_pixels: int = _flag(
+        4096 * 4096,
+        Group.SERVER,
+        "N",
+        "width x height of one image, read from its header before decoding; larger get 413 image_too_large",
+        shown="16777216 (4096x4096)",
+        ge=1,
+    )
+    max_decoded_image_bytes: int = _flag(
+        256 * 1024 * 1024,
+        Group.SERVER,
+        "BYTES",
+        "decoded RGB bytes (w x h x 3) of all the images of one request; beyond, 413 image_too_large",
+        shown="268435456 (256 MiB)",
+        ge=1,
+    )
+    prepare_threads: int = _flag(
+        0,
+        Group.SERVER,
+        "N",
+        "threads that validate a request body over 16 KiB, apply its chat template and decode its images off the "
+        "event loop (prompts are tokenized by one batching encoder thread); 0 = min(4, CPUs)",
+        ge=0,
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = _flag(
+        "INFO", Group.SERVER, "LEVEL", "logging to stderr: DEBUG, INFO, WARNING or ERROR"
+    )
+
+    @field_validator("pipeline_type", "device", "log_level", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) and not isinstance(v, Enum) else v
+
+    def to_args(self) -> list[str]:
+        """The command line of the fields set explicitly (None = unset), in field order."""
+        args: list[str] = []
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name not in self.model_fields_set or value is None:
+                continue
+            if isinstance(value, bool):
+                args.append(flag_name(name) if value else "--no-" + flag_name(name)[2:])
+            else:
+                args += [flag_name(name), _arg(value)]
+        return args
+
+
+def _arg(value: Any) -> str:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def _extra(field: str) -> dict[str, Any]:
+    extra = RuntimeFlags.model_fields[field].json_schema_extra
+    assert isinstance(extra, dict)
+    return extra
+
+
+def is_bool(field: str) -> bool:
+    return RuntimeFlags.model_fields[field].annotation in (bool, bool | None)
+
+
+def bounds(field: str) -> dict[str, Any]:
+    """The numeric bounds of a flag as Field keyword arguments (ge=..., le=...), for the CRD fields that set it:
+    the apiserver then refuses what the runtime would."""
+    out: dict[str, Any] = {}
+    for m in RuntimeFlags.model_fields[field].metadata:  # annotated_types.Ge, Le, ...
+        for key in ("ge", "le"):
+            if hasattr(m, key):
+                out[key] = getattr(m, key)
+    return out
+
+
+def shown_default(field: str) -> str:
+    shown = _extra(field)["shown"]
+    if shown is not None:
+        return shown
+    default = RuntimeFlags.model_fields[field].default
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return _arg(default)
+
+
+def grouped() -> list[tuple[Group, list[str]]]:
+    """Field names by section, in the order --help and the docs show them."""
+    return [(g, [n for n in RuntimeFlags.model_fields if _extra(n)["group"] == g.value]) for g in Group]
+
+
+# ------------------------------------------------------------------------- parsing
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One argument per field, in groups. No value defaults here: what is absent stays absent from the
+    namespace, so that `from_sources` can tell a flag from its environment twin and from the model's default."""
+    for group, names in grouped():
+        g = parser.add_argument_group(group.value)
+        for name in names:
+            doc = f"{RuntimeFlags.model_fields[name].description} (default: {shown_default(name)}) [{env_name(name)}]"
+            if is_bool(name):
+                g.add_argument(
+                    flag_name(name), action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=doc
+                )
+            else:
+                g.add_argument(flag_name(name), metavar=_extra(name)["metavar"], default=argparse.SUPPRESS, help=doc)
+
+
+class FlagError(ValueError):
+    """A value the runtime refuses, said as the user wrote it (flag or environment variable)."""
+
+
+def from_sources(given: Mapping[str, Any], environ: Mapping[str, str]) -> RuntimeFlags:
+    """RuntimeFlags from parsed flags (`given`: field -> value, as strings) over their OVSERVE_* twins; an empty
+    environment variable counts as unset."""
+    values: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for name in RuntimeFlags.model_fields:
+        if name in given:
+            values[name], source[name] = given[name], f"argument {flag_name(name)}"
+        elif environ.get(env_name(name), "").strip():
+            raw = environ[env_name(name)]
+            values[name], source[name] = raw.strip(), f"{env_name(name)}={raw!r}"
+    try:
+        return RuntimeFlags.model_validate(values)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = str(err["loc"][0]) if err["loc"] else ""
+            msg = err["msg"][:1].lower() + err["msg"][1:]
+            problems.append(f"{source.get(name, name)}: {msg}, got {err['input']!r}")
+        raise FlagError("; ".join(problems)) from None
+
+
+# ------------------------------------------------------------------------- docs
+
+
+def markdown_table() -> str:
+    lines = ["| flag | env | default | meaning |", "|---|---|---|---|"]
+    for _, names in grouped():
+        for name in names:
+            if is_bool(name):
+                flag, env = f"--[no-]{flag_name(name)[2:]}", f"{env_name(name)} (true/false)"
+            else:
+                flag, env = f"{flag_name(name)} {_extra(name)['metavar']}", env_name(name)
+            doc = RuntimeFlags.model_fields[name].description
+            lines.append(f"| `{flag}` | {env} | {shown_default(name)} | {doc} |")
+    return "\n".join(lines)
+
+
+DOCS = docblock.Block("flags", "ovserve_runtime.flags", "docs/runtime.md", markdown_table)
+render_into = DOCS.render_into
+
+
+if __name__ == "__main__":
+    sys.exit(DOCS.main())
