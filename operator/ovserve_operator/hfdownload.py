@@ -20,9 +20,11 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
+from ovserve_runtime import endpoints
+
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ALLOW_HTTP_ENV = "OVSERVE_HF_ALLOW_HTTP"
-TERMINATION_LOG = Path("/dev/termination-log")
+TERMINATION_LOG = Path(endpoints.TERMINATION_LOG)  # the init container's (the Kubernetes default)
 
 
 class DownloadError(RuntimeError):

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiohttp
+from ovserve_runtime import endpoints
 from ovserve_runtime.report import RuntimeReport, State
 
 from . import podview
@@ -121,7 +122,7 @@ class ReadbackMemory:
 def status_url(pod: Mapping[str, Any], port: int = PORT) -> str:
     ip = (pod.get("status") or {}).get("podIP", "")
     host = f"[{ip}]" if ":" in ip else ip
-    return f"http://{host}:{port}/v1/status"
+    return f"http://{host}:{port}{endpoints.STATUS}"
 
 
 async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:

@@ -25,6 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
+from . import endpoints
 from .admission import Admission
 from .detok import Detokenizer
 from .drain import SHUTTING_DOWN, Drain
@@ -135,15 +136,15 @@ class App:
         self.web = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[json_errors])
         self.web.on_cleanup.append(self._close_pool)
         r = self.web.router
-        for prefix in ("/v3", "/v1"):
+        for prefix in endpoints.API_PREFIXES:
             r.add_post(f"{prefix}/chat/completions", self.chat, expect_handler=self._expect)
             r.add_post(f"{prefix}/completions", self.completions, expect_handler=self._expect)
             r.add_get(f"{prefix}/models", self.models)
             r.add_get(f"{prefix}/models/{{model}}", self.model)
-        r.add_get("/v1/status", self.status)
-        r.add_get("/v2/health/live", self.live)
-        r.add_get("/v2/health/ready", self.ready)
-        r.add_get("/metrics", self.prom)
+        r.add_get(endpoints.STATUS, self.status)
+        r.add_get(endpoints.LIVE, self.live)
+        r.add_get(endpoints.READY, self.ready)
+        r.add_get(endpoints.METRICS, self.prom)
         self.drain = Drain(cfg.drain_timeout_s, abort=self._abort)
         self.drain.install(self.web)
 
