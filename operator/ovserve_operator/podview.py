@@ -170,14 +170,23 @@ def init_state(pod: Pod, container: str = INIT_CONTAINER_NAME) -> InitState:
     return InitState(InitPhase.WAITING, reason, message, restarts)
 
 
+def _repeated(event: Mapping[str, Any]) -> bool:
+    """The kubelet saw this failure more than once: its Event was aggregated (count, or a series)."""
+    series = event.get("series") or {}
+    return max(event.get("count") or 1, series.get("count") or 0) >= 2
+
+
 def mount_failure(events: list[Mapping[str, Any]]) -> str | None:
-    """The newest kubelet volume failure message among a pod's Events, else None."""
+    """The newest kubelet volume failure message among a pod's Events, else None. A failure counts once the
+    kubelet's retry (backing off from half a second) failed alike: a one-off refusal that the retry gets past
+    is not a failure of the user's volume, and the Node authorizer's lag is never one."""
     failures = [
         e
         for e in events
         if e.get("type") == "Warning"
         and e.get("reason") in MOUNT_EVENT_REASONS
         and _AUTHORIZER_LAG not in (e.get("message") or "")
+        and _repeated(e)
     ]
     if not failures:
         return None

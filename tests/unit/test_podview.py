@@ -77,8 +77,20 @@ def test_missing_claim(message, claim):
 def test_mount_failure_takes_the_newest_warning():
     events = [
         {"type": "Normal", "reason": "Scheduled", "message": "ok", "lastTimestamp": "2026-12-03T07:00:00Z"},
-        {"type": "Warning", "reason": "FailedMount", "message": "old", "lastTimestamp": "2026-12-03T07:00:01Z"},
-        {"type": "Warning", "reason": "FailedMount", "message": "new", "lastTimestamp": "2026-12-03T07:00:09Z"},
+        {
+            "type": "Warning",
+            "reason": "FailedMount",
+            "message": "old",
+            "lastTimestamp": "2026-12-03T07:00:01Z",
+            "count": 3,
+        },
+        {
+            "type": "Warning",
+            "reason": "FailedMount",
+            "message": "new",
+            "lastTimestamp": "2026-12-03T07:00:09Z",
+            "count": 2,
+        },
         {"type": "Warning", "reason": "BackOff", "message": "x", "lastTimestamp": "2026-12-03T07:00:10Z"},
     ]
     assert podview.mount_failure(events) == "new"
@@ -95,12 +107,39 @@ def test_mount_failure_ignores_the_node_authorizers_lag():
         '"models" is forbidden: User "system:node:node1" cannot get resource "persistentvolumeclaims" in API group '
         '"" in the namespace "ns": no relationship found between node \'node1\' and this object'
     )
-    lagging = {"type": "Warning", "reason": "FailedMount", "message": lag, "lastTimestamp": "2026-12-03T07:00:05Z"}
+    lagging = {
+        "type": "Warning",
+        "reason": "FailedMount",
+        "message": lag,
+        "lastTimestamp": "2026-12-03T07:00:05Z",
+        "count": 4,
+    }
     real = {
         "type": "Warning",
         "reason": "FailedMount",
         "message": "nfs: access denied",
         "lastTimestamp": "2026-12-03T07:00:01Z",
+        "count": 2,
     }
     assert podview.mount_failure([lagging]) is None
     assert podview.mount_failure([real, lagging]) == "nfs: access denied"
+
+
+@pytest.mark.parametrize(
+    "event,failed",
+    [
+        ({"count": 1}, False),  # the first refusal: the kubelet retries within a second
+        ({}, False),  # no count: once
+        ({"count": 2}, True),
+        ({"count": 1, "series": {"count": 3}}, True),  # events.k8s.io aggregation
+        ({"count": None, "series": {"count": 1}}, False),
+        ({"count": 5, "reason": "FailedAttachVolume"}, True),
+        ({"count": 5, "type": "Normal"}, False),
+        ({"count": 5, "reason": "FailedScheduling"}, False),
+    ],
+)
+def test_mount_failure_counts_once_the_kubelets_retry_failed_alike(event, failed):
+    """A one-off FailedMount that the kubelet's retry gets past never turns the LLMServing Failed."""
+    e = {"type": "Warning", "reason": "FailedMount", "message": "boom", "lastTimestamp": "2026-12-03T07:00:01Z"}
+    e.update(event)
+    assert podview.mount_failure([e]) == ("boom" if failed else None)
