@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import faulthandler
 import logging
 import signal
@@ -85,7 +84,7 @@ def settings_from(args: argparse.Namespace, env: Any = None) -> Settings:
         value = getattr(args, attr)
         if value is not None:
             changes[attr] = value
-    return dataclasses.replace(s, **changes) if changes else s
+    return s.replace(**changes) if changes else s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         settings = settings_from(args)
-        settings.validate()
     except ValueError as e:
         print(f"ovserve-operator: configuration error: {e}", file=sys.stderr)
         return 2

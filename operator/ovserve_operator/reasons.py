@@ -87,8 +87,8 @@ VOLUME_MOUNT_FAILED = _r(
     "VolumeMountFailed",
     "Ready",
     FAILED,
-    "the kubelet cannot mount the model volume (its FailedMount message; not the Node authorizer's lag on a "
-    'just-bound pod, "no relationship found between node", which the kubelet\'s retry gets past)',
+    "the kubelet cannot mount the model volume: its FailedMount message, once its retry failed alike (a one-off "
+    'refusal the retry gets past never counts, nor the Node authorizer\'s lag "no relationship found between node")',
 )
 MODEL_DOWNLOADING = _r("ModelDownloading", "Ready", PENDING, "the Hugging Face init container is downloading the model")
 MODEL_DOWNLOAD_FAILED = _r(

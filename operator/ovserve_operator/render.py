@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ovserve_runtime import endpoints
 from ovserve_runtime.flags import RuntimeFlags
 from ovserve_runtime.report import PipelineType
 
@@ -20,11 +21,11 @@ from .settings import Settings
 
 CONTAINER_NAME = "runtime"
 INIT_CONTAINER_NAME = "model-download"
-PORT = 8000
+PORT = endpoints.PORT
 PORT_NAME = "http"
 RUNTIME_UID = 10001
 MODELS_ROOT = "/models"
-TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_LOG = endpoints.TERMINATION_LOG
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -230,7 +231,7 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
         ],
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "startupProbe": {
-            "httpGet": {"path": "/v2/health/live", "port": PORT_NAME},
+            "httpGet": {"path": endpoints.LIVE, "port": PORT_NAME},
             "periodSeconds": 2,
             "failureThreshold": 150,
             "timeoutSeconds": 2,
@@ -238,13 +239,13 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
         # Lenient: on a saturated node a model load can starve the HTTP loop for seconds; a liveness kill
         # then restarts the load and makes it worse (seen on the 2-core test node).
         "livenessProbe": {
-            "httpGet": {"path": "/v2/health/live", "port": PORT_NAME},
+            "httpGet": {"path": endpoints.LIVE, "port": PORT_NAME},
             "periodSeconds": 10,
             "failureThreshold": 6,
             "timeoutSeconds": 5,
         },
         "readinessProbe": {
-            "httpGet": {"path": "/v2/health/ready", "port": PORT_NAME},
+            "httpGet": {"path": endpoints.READY, "port": PORT_NAME},
             "periodSeconds": 2,
             "failureThreshold": 3,
             "timeoutSeconds": 2,

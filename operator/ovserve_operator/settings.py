@@ -1,186 +1,202 @@
-"""Operator configuration (environment, docs/interfaces.md) and the kopf settings derived from it."""
+"""Operator configuration (OVSERVE_* environment, typed) and the kopf settings derived from it.
+
+The configuration table of docs/operator.md is generated from `Settings`
+(python -m ovserve_operator.settings --write docs/operator.md; a unit test fails on drift).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from ovserve_runtime import docblock, sources
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FIELD_MANAGER = "ovserve-operator"
 STORAGE_PREFIX = "ovserve.dev"
 FINALIZER = "ovserve.dev/finalizer"
-
-_TRUE = {"1", "true", "yes", "on", "y"}
-_FALSE = {"0", "false", "no", "off", "n", ""}
-
-
-def _bool(name: str, value: str) -> bool:
-    v = value.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise ValueError(f"{name}: expected true or false, got {value!r}")
 
 
 def _list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-def parse_selector(name: str, value: str) -> dict[str, str]:
+def parse_selector(value: str) -> dict[str, str]:
     """`k=v,k2=v2` -> dict; empty -> {}."""
     out: dict[str, str] = {}
     for item in _list(value):
         key, sep, val = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"{name}: expected a comma list of key=value, got {item!r}")
+            raise ValueError(f"expected a comma list of key=value, got {item!r}")
         out[key.strip()] = val.strip()
     return out
 
 
-def _seconds(name: str, value: str) -> int:
-    """A whole number of seconds >= 0 (what pod-spec fields take)."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise ValueError(f"{name}: expected a whole number of seconds, got {value!r}") from None
-    if n < 0:
-        raise ValueError(f"{name}: must be >= 0, got {value!r}")
-    return n
+def _env(default: Any, env: str | tuple[str, ...] | None, doc: str, *, shown: str | None = None, **kw: Any) -> Any:
+    """A setting read from the environment variable(s) `env` (the first one set wins); `doc` and `shown` (the
+    default as the docs say it) make its row of the generated table in docs/operator.md."""
+    names = (env,) if isinstance(env, str) else (env or ())
+    extra = {"env": list(names), "shown": shown}
+    if callable(default):
+        return Field(default_factory=default, description=doc, json_schema_extra=extra, **kw)
+    return Field(default, description=doc, json_schema_extra=extra, **kw)
 
 
-def _float(name: str, value: str, *, minimum: float = 0.0) -> float:
-    try:
-        f = float(value)
-    except ValueError:
-        raise ValueError(f"{name}: expected a number, got {value!r}") from None
-    if f <= minimum:
-        raise ValueError(f"{name}: must be > {minimum}, got {value!r}")
-    return f
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+LIST_FIELDS = ("watch_namespaces", "allowed_images", "gpu_supplemental_groups")  # comma lists; empty = none
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    watch_namespaces: tuple[str, ...] = ()
-    runtime_image: str = "localhost/ovserve:dev"
-    runtime_image_pull_policy: str = "IfNotPresent"
-    gpu_resource: str = "gpu.intel.com/i915"
-    gpu_node_selector: Mapping[str, str] = dataclasses.field(
-        default_factory=lambda: {"intel.feature.node.kubernetes.io/gpu": "true"}
+class Settings(BaseModel):
+    """The operator's configuration: OVSERVE_* environment variables (`from_env`), overridden by the flags of
+    `ovserve-operator --help` (cli.py). Fields with an `env` are the rows of docs/operator.md's table."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    watch_namespaces: tuple[str, ...] = _env(
+        (), "OVSERVE_WATCH_NAMESPACES", "comma list of namespaces (kopf globs allowed)", shown="empty = whole cluster"
     )
-    gpu_supplemental_groups: tuple[int, ...] = ()
-    hf_endpoint: str = ""  # Hugging Face Hub endpoint for the download init container (mirrors); "" = the Hub
-    hf_allow_http: bool = False  # a plain-http hf_endpoint (a mirror inside the cluster): token and model unencrypted
+    runtime_image: str = _env(
+        "localhost/ovserve:dev",
+        "OVSERVE_RUNTIME_IMAGE",
+        "runtime image (`spec.image` overrides per object)",
+        min_length=1,
+    )
+    runtime_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = _env(
+        "IfNotPresent", "OVSERVE_RUNTIME_IMAGE_PULL_POLICY", "`Always`, `IfNotPresent`, `Never`"
+    )
+    gpu_resource: str = _env(
+        "gpu.intel.com/i915",
+        "OVSERVE_GPU_RESOURCE",
+        "device-plugin resource for `device: GPU` (e.g. `gpu.intel.com/xe`)",
+        min_length=1,
+    )
+    gpu_node_selector: dict[str, str] = _env(
+        lambda: {"intel.feature.node.kubernetes.io/gpu": "true"},
+        "OVSERVE_GPU_NODE_SELECTOR",
+        "comma list of `k=v` added for GPU pods; empty = none",
+        shown="`intel.feature.node.kubernetes.io/gpu=true`",
+    )
+    gpu_supplemental_groups: tuple[int, ...] = _env(
+        (), "OVSERVE_GPU_SUPPLEMENTAL_GROUPS", "gids (e.g. the node's `render` group) added to GPU pods", shown="none"
+    )
+    hf_endpoint: str = _env(
+        "",
+        "OVSERVE_HF_ENDPOINT",
+        "`HF_ENDPOINT` of the download init container (a mirror)",
+        shown="the Hub",
+    )
+    hf_allow_http: bool = _env(
+        False,
+        "OVSERVE_HF_ALLOW_HTTP",
+        "allow a plain-http `OVSERVE_HF_ENDPOINT` (a mirror inside the cluster; refused at start otherwise, and "
+        "the downloader refuses it too): tokens and models travel unencrypted",
+    )
     # Tenant policy (policy.py): secure by default; the chart and the tests turn on what they need.
-    allow_host_path: bool = False
-    allowed_images: tuple[str, ...] = ()  # image prefixes a spec.image may use; "*" = any; () = none
-    allow_scheduling_passthrough: bool = True
-    leader_election: bool = True
-    lease_namespace: str = "default"
-    lease_name: str = "ovserve-operator"
-    identity: str = dataclasses.field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
-    lease_duration_s: float = 15.0
-    renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
-    health_port: int = 8080
-    status_interval_s: float = 5.0
-    status_http_timeout_s: float = 2.0
-    readback_grace_s: float = 30.0  # a Ready pod keeps its last good report this long when unreadable
-    status_heartbeat_s: float = 60.0  # status.computedAt is rewritten at least this often
-    log_level: str = "INFO"
-    # Graceful termination of runtime pods (render.termination derives the pod-spec numbers from these two):
-    runtime_prestop_s: int = 5  # preStop sleep: endpoints drop the pod before it gets SIGTERM
-    runtime_drain_timeout_s: int = 30  # the runtime's --drain-timeout-seconds
+    allow_host_path: bool = _env(
+        False, "OVSERVE_ALLOW_HOSTPATH", "tenant policy: allow `spec.model.hostPath`; denied specs read `PolicyDenied`"
+    )
+    allowed_images: tuple[str, ...] = _env(
+        (),
+        "OVSERVE_ALLOWED_IMAGES",
+        "tenant policy: image prefixes allowed in `spec.image` (`*` = any; the runtime image is always allowed)",
+        shown="empty",
+    )
+    allow_scheduling_passthrough: bool = _env(
+        True,
+        "OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH",
+        "tenant policy: pass `spec.tolerations` / `spec.affinity` to runtime pods",
+    )
+    leader_election: bool = _env(True, "OVSERVE_LEADER_ELECTION", "act only while holding the Lease")
+    lease_namespace: str = _env(
+        "default",
+        ("OVSERVE_LEASE_NAMESPACE", "POD_NAMESPACE"),
+        "namespace of the Lease",
+        shown="`POD_NAMESPACE` or `default`",
+        min_length=1,
+    )
+    lease_name: str = _env("ovserve-operator", "OVSERVE_LEASE_NAME", "name of the Lease", min_length=1)
+    identity: str = _env(
+        lambda: f"{socket.gethostname()}-{os.getpid()}",
+        "POD_NAME",
+        "holder identity",
+        shown="hostname-pid",
+        min_length=1,
+    )
+    lease_duration_s: Seconds = _env(
+        15.0, "OVSERVE_LEASE_DURATION_SECONDS", "client-go semantics; retry period < renew deadline < duration"
+    )
+    renew_deadline_s: Seconds = _env(10.0, "OVSERVE_LEASE_RENEW_DEADLINE_SECONDS", "see the lease duration")
+    retry_period_s: Seconds = _env(2.0, "OVSERVE_LEASE_RETRY_PERIOD_SECONDS", "see the lease duration")
+    health_port: int = _env(
+        8080, "OVSERVE_HEALTH_PORT", "`GET /healthz` (liveness) and `GET /metrics`; 0 = any", ge=0, le=65535
+    )
+    status_interval_s: Seconds = _env(
+        5.0, "OVSERVE_STATUS_INTERVAL_SECONDS", "status resync period (pod events trigger a refresh at once)"
+    )
+    status_http_timeout_s: Seconds = _env(2.0, None, "")
+    readback_grace_s: Seconds = _env(
+        30.0,
+        "OVSERVE_READBACK_GRACE_SECONDS",
+        "a Ready pod whose `/v1/status` cannot be read keeps its last good report this long",
+    )
+    status_heartbeat_s: Seconds = _env(
+        60.0,
+        "OVSERVE_STATUS_HEARTBEAT_SECONDS",
+        "`status.computedAt` is rewritten at least this often, even when nothing changed",
+    )
     # Where KEDA's Prometheus trigger queries the runtime metrics (spec.autoscaling); kube-prometheus-stack's default.
-    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    prometheus_url: str = _env(
+        "http://prometheus-operated.monitoring.svc:9090",
+        "OVSERVE_PROMETHEUS_URL",
+        "Prometheus that KEDA's trigger queries for `spec.autoscaling` ([autoscaling.md](autoscaling.md))",
+    )
+    # Graceful termination of runtime pods (render.termination derives the pod-spec numbers from these two):
+    runtime_prestop_s: int = _env(
+        5,
+        "OVSERVE_RUNTIME_PRESTOP_SECONDS",
+        "runtime pods: preStop sleep before SIGTERM, so that endpoints drop the pod first (0 = no hook)",
+        ge=0,
+    )
+    runtime_drain_timeout_s: int = _env(
+        30,
+        "OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS",
+        "runtime pods: `--drain-timeout-seconds`, how long in-flight requests may finish after SIGTERM; raise it "
+        "for long generations",
+        ge=0,
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = _env(
+        "INFO", "OVSERVE_LOG_LEVEL", "`DEBUG`, `INFO`, `WARNING`, `ERROR`"
+    )
 
-    @property
-    def clusterwide(self) -> bool:
-        return not self.watch_namespaces
-
+    @field_validator(*LIST_FIELDS, mode="before")
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        kw: dict[str, Any] = {}
+    def _comma_list(cls, v: Any) -> Any:
+        return tuple(_list(v)) if isinstance(v, str) else v
 
-        def get(name: str) -> str | None:
-            value = env.get(name)
-            return None if value is None else value.strip()
+    @field_validator("gpu_node_selector", mode="before")
+    @classmethod
+    def _selector(cls, v: Any) -> Any:
+        return parse_selector(v) if isinstance(v, str) else v
 
-        if (v := get("OVSERVE_WATCH_NAMESPACES")) is not None:
-            kw["watch_namespaces"] = tuple(_list(v))
-        if v := get("OVSERVE_RUNTIME_IMAGE"):
-            kw["runtime_image"] = v
-        if v := get("OVSERVE_RUNTIME_IMAGE_PULL_POLICY"):
-            if v not in ("Always", "IfNotPresent", "Never"):
-                raise ValueError(f"OVSERVE_RUNTIME_IMAGE_PULL_POLICY: Always, IfNotPresent or Never, got {v!r}")
-            kw["runtime_image_pull_policy"] = v
-        if v := get("OVSERVE_GPU_RESOURCE"):
-            kw["gpu_resource"] = v
-        if (v := get("OVSERVE_GPU_NODE_SELECTOR")) is not None:
-            kw["gpu_node_selector"] = parse_selector("OVSERVE_GPU_NODE_SELECTOR", v)
-        if v := get("OVSERVE_GPU_SUPPLEMENTAL_GROUPS"):
-            try:
-                kw["gpu_supplemental_groups"] = tuple(int(g) for g in _list(v))
-            except ValueError:
-                raise ValueError(f"OVSERVE_GPU_SUPPLEMENTAL_GROUPS: expected a comma list of gids, got {v!r}") from None
-        if v := get("OVSERVE_HF_ENDPOINT"):
-            if not v.startswith(("http://", "https://")):
-                raise ValueError(f"OVSERVE_HF_ENDPOINT: expected an http(s) URL, got {v!r}")
-            kw["hf_endpoint"] = v.rstrip("/")
-        if v := get("OVSERVE_HF_ALLOW_HTTP"):
-            kw["hf_allow_http"] = _bool("OVSERVE_HF_ALLOW_HTTP", v)
-        if v := get("OVSERVE_ALLOW_HOSTPATH"):
-            kw["allow_host_path"] = _bool("OVSERVE_ALLOW_HOSTPATH", v)
-        if (v := get("OVSERVE_ALLOWED_IMAGES")) is not None:
-            kw["allowed_images"] = tuple(_list(v))
-        if v := get("OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH"):
-            kw["allow_scheduling_passthrough"] = _bool("OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH", v)
-        if (v := get("OVSERVE_LEADER_ELECTION")) is not None:
-            kw["leader_election"] = _bool("OVSERVE_LEADER_ELECTION", v) if v else True
-        kw["lease_namespace"] = get("OVSERVE_LEASE_NAMESPACE") or get("POD_NAMESPACE") or "default"
-        if v := get("OVSERVE_LEASE_NAME"):
-            kw["lease_name"] = v
-        if v := get("POD_NAME"):
-            kw["identity"] = v
-        if v := get("OVSERVE_LEASE_DURATION_SECONDS"):
-            kw["lease_duration_s"] = _float("OVSERVE_LEASE_DURATION_SECONDS", v)
-        if v := get("OVSERVE_LEASE_RENEW_DEADLINE_SECONDS"):
-            kw["renew_deadline_s"] = _float("OVSERVE_LEASE_RENEW_DEADLINE_SECONDS", v)
-        if v := get("OVSERVE_LEASE_RETRY_PERIOD_SECONDS"):
-            kw["retry_period_s"] = _float("OVSERVE_LEASE_RETRY_PERIOD_SECONDS", v)
-        if v := get("OVSERVE_HEALTH_PORT"):
-            try:
-                port = int(v)
-            except ValueError:
-                raise ValueError(f"OVSERVE_HEALTH_PORT: expected a port number, got {v!r}") from None
-            if not 0 <= port <= 65535:
-                raise ValueError(f"OVSERVE_HEALTH_PORT: out of range: {port}")
-            kw["health_port"] = port
-        if v := get("OVSERVE_STATUS_INTERVAL_SECONDS"):
-            kw["status_interval_s"] = _float("OVSERVE_STATUS_INTERVAL_SECONDS", v)
-        if v := get("OVSERVE_READBACK_GRACE_SECONDS"):
-            kw["readback_grace_s"] = _float("OVSERVE_READBACK_GRACE_SECONDS", v)
-        if v := get("OVSERVE_STATUS_HEARTBEAT_SECONDS"):
-            kw["status_heartbeat_s"] = _float("OVSERVE_STATUS_HEARTBEAT_SECONDS", v)
-        if v := get("OVSERVE_PROMETHEUS_URL"):
-            if not v.startswith(("http://", "https://")):
-                raise ValueError(f"OVSERVE_PROMETHEUS_URL: expected an http(s) URL, got {v!r}")
-            kw["prometheus_url"] = v.rstrip("/")
-        if v := get("OVSERVE_RUNTIME_PRESTOP_SECONDS"):
-            kw["runtime_prestop_s"] = _seconds("OVSERVE_RUNTIME_PRESTOP_SECONDS", v)
-        if v := get("OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS"):
-            kw["runtime_drain_timeout_s"] = _seconds("OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS", v)
-        if v := get("OVSERVE_LOG_LEVEL"):
-            kw["log_level"] = v.upper()
-        settings = cls(**kw)
-        settings.validate()
-        return settings
+    @field_validator("hf_endpoint", "prometheus_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        v = v.strip().rstrip("/")
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError("expected an http(s) URL")
+        return v
 
-    def validate(self) -> None:
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
         if self.hf_endpoint.startswith("http://") and not self.hf_allow_http:
             raise ValueError(
                 f"OVSERVE_HF_ENDPOINT {self.hf_endpoint} is plain http: Hub tokens and models would travel "
@@ -191,6 +207,64 @@ class Settings:
                 "leader election needs retry period < renew deadline < lease duration, got "
                 f"{self.retry_period_s} / {self.renew_deadline_s} / {self.lease_duration_s}"
             )
+        return self
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.watch_namespaces
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings of the environment; a variable set empty counts as unset, except for a list or the
+        GPU node selector, where it means none. Raises sources.ConfigError (a ValueError) naming each bad one."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        source: dict[str, str] = {}
+        for field in cls.model_fields:
+            for name in env_names(field):
+                raw = env.get(name)
+                if raw is not None and not raw.strip() and field in (*LIST_FIELDS, "gpu_node_selector"):
+                    values[field], source[field] = "", f"{name}={raw!r}"
+                    break
+                if (found := sources.env_value(env, name)) is not None:
+                    values[field], source[field] = found
+                    break
+        return sources.validate(cls, values, source)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with `changes`, validated like the rest."""
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+
+def env_names(field: str) -> list[str]:
+    extra = Settings.model_fields[field].json_schema_extra
+    return list(extra["env"]) if isinstance(extra, dict) else []  # type: ignore[arg-type]
+
+
+def _shown(field: str) -> str:
+    info = Settings.model_fields[field]
+    extra = info.json_schema_extra
+    if isinstance(extra, dict) and extra.get("shown"):
+        return str(extra["shown"])
+    default = info.get_default(call_default_factory=True)
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    if isinstance(default, float) and default.is_integer():
+        default = int(default)
+    return f"`{default}`"
+
+
+def markdown_table() -> str:
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for field, info in Settings.model_fields.items():
+        names = env_names(field)
+        if names:
+            variable = " (else ".join(f"`{n}`" for n in names) + ")" * (len(names) - 1)
+            lines.append(f"| {variable} | {_shown(field)} | {info.description} |")
+    return "\n".join(lines)
+
+
+DOCS = docblock.Block("settings", "ovserve_operator.settings", "docs/operator.md", markdown_table)
 
 
 def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
@@ -228,3 +302,7 @@ def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     children = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_OWNER}"
     kopf_settings.watching.label_selectors["v1", "pods"] = f"{children},{LABEL_COMPONENT}=runtime"
     kopf_settings.watching.label_selectors["apps", "deployments"] = children
+
+
+if __name__ == "__main__":
+    sys.exit(DOCS.main())

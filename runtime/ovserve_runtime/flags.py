@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from enum import Enum, StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from . import docblock
+from . import docblock, endpoints, sources
 from .report import PipelineType
 
 ENV_PREFIX = "OVSERVE_"
@@ -46,7 +46,7 @@ class RuntimeFlags(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model_path: str | None = _flag(
-        None, Group.MODEL, "DIR", "directory of the exported OpenVINO model", shown="(required)"
+        None, Group.MODEL, "DIR", "directory of the exported OpenVINO model", shown="none, required"
     )
     served_name: str | None = _flag(
         None,
@@ -71,9 +71,9 @@ class RuntimeFlags(BaseModel):
         min_length=1,
     )
     host: str = _flag("0.0.0.0", Group.SERVER, "ADDR", "listen address", min_length=1)
-    port: int = _flag(8000, Group.SERVER, "PORT", "listen port", ge=1, le=65535)
+    port: int = _flag(endpoints.PORT, Group.SERVER, "PORT", "listen port", ge=1, le=65535)
     termination_log: str = _flag(
-        "/dev/termination-log",
+        endpoints.TERMINATION_LOG,
         Group.SERVER,
         "FILE",
         "file the failure report is written to (the Kubernetes termination message); skipped when not writable",
@@ -315,8 +315,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 g.add_argument(flag_name(name), metavar=_extra(name)["metavar"], default=argparse.SUPPRESS, help=doc)
 
 
-class FlagError(ValueError):
-    """A value the runtime refuses, said as the user wrote it (flag or environment variable)."""
+FlagError = sources.ConfigError
 
 
 def from_sources(given: Mapping[str, Any], environ: Mapping[str, str]) -> RuntimeFlags:
@@ -327,18 +326,9 @@ def from_sources(given: Mapping[str, Any], environ: Mapping[str, str]) -> Runtim
     for name in RuntimeFlags.model_fields:
         if name in given:
             values[name], source[name] = given[name], f"argument {flag_name(name)}"
-        elif environ.get(env_name(name), "").strip():
-            raw = environ[env_name(name)]
-            values[name], source[name] = raw.strip(), f"{env_name(name)}={raw!r}"
-    try:
-        return RuntimeFlags.model_validate(values)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            name = str(err["loc"][0]) if err["loc"] else ""
-            msg = err["msg"][:1].lower() + err["msg"][1:]
-            problems.append(f"{source.get(name, name)}: {msg}, got {err['input']!r}")
-        raise FlagError("; ".join(problems)) from None
+        elif (env := sources.env_value(environ, env_name(name))) is not None:
+            values[name], source[name] = env
+    return sources.validate(RuntimeFlags, values, source)
 
 
 # ------------------------------------------------------------------------- docs

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import kopf
 import pytest
-from ovserve_operator import cli
+from ovserve_operator import cli, settings
 from ovserve_operator.settings import Settings, configure_kopf, parse_selector
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "operator.md"
 
 
 @pytest.mark.parametrize(
@@ -16,6 +19,11 @@ from ovserve_operator.settings import Settings, configure_kopf, parse_selector
         ({}, "watch_namespaces", ()),
         ({"OVSERVE_WATCH_NAMESPACES": "a, b,,c"}, "watch_namespaces", ("a", "b", "c")),
         ({"OVSERVE_WATCH_NAMESPACES": ""}, "clusterwide", True),
+        ({"OVSERVE_ALLOWED_IMAGES": " "}, "allowed_images", ()),
+        ({"OVSERVE_RUNTIME_IMAGE": ""}, "runtime_image", "localhost/ovserve:dev"),  # empty = unset
+        ({"OVSERVE_LEADER_ELECTION": ""}, "leader_election", True),
+        ({"OVSERVE_LOG_LEVEL": "debug"}, "log_level", "DEBUG"),
+        ({"OVSERVE_PROMETHEUS_URL": "http://prom:9090/"}, "prometheus_url", "http://prom:9090"),
         ({"OVSERVE_WATCH_NAMESPACES": "a"}, "clusterwide", False),
         ({}, "runtime_image", "localhost/ovserve:dev"),
         ({"OVSERVE_RUNTIME_IMAGE": "r/x:1"}, "runtime_image", "r/x:1"),
@@ -80,26 +88,72 @@ def test_identity_default_is_hostname_pid():
     "env,message",
     [
         ({"OVSERVE_LEADER_ELECTION": "maybe"}, "OVSERVE_LEADER_ELECTION"),
-        ({"OVSERVE_GPU_NODE_SELECTOR": "novalue"}, "key=value"),
+        (
+            {"OVSERVE_GPU_NODE_SELECTOR": "a=1,novalue"},
+            "OVSERVE_GPU_NODE_SELECTOR='a=1,novalue': expected a comma list of key=value, got 'novalue'",
+        ),
         ({"OVSERVE_HEALTH_PORT": "http"}, "OVSERVE_HEALTH_PORT"),
         ({"OVSERVE_HF_ENDPOINT": "mirror"}, "OVSERVE_HF_ENDPOINT"),
         ({"OVSERVE_HF_ENDPOINT": "http://mirror:8080"}, "OVSERVE_HF_ALLOW_HTTP=true"),
         ({"OVSERVE_HF_ALLOW_HTTP": "sometimes"}, "OVSERVE_HF_ALLOW_HTTP"),
-        ({"OVSERVE_HEALTH_PORT": "70000"}, "out of range"),
+        ({"OVSERVE_HEALTH_PORT": "70000"}, "OVSERVE_HEALTH_PORT='70000': input should be less than or equal to 65535"),
         ({"OVSERVE_RUNTIME_IMAGE_PULL_POLICY": "Sometimes"}, "PULL_POLICY"),
         ({"OVSERVE_LEASE_DURATION_SECONDS": "5"}, "renew deadline"),
         ({"OVSERVE_LEASE_RETRY_PERIOD_SECONDS": "x"}, "a number"),
-        ({"OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS": "1.5"}, "whole number of seconds"),
-        ({"OVSERVE_RUNTIME_PRESTOP_SECONDS": "-1"}, "OVSERVE_RUNTIME_PRESTOP_SECONDS: must be >= 0"),
+        (
+            {"OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS": "1.5"},
+            "OVSERVE_RUNTIME_DRAIN_TIMEOUT_SECONDS='1.5': input should be a valid integer",
+        ),
+        (
+            {"OVSERVE_RUNTIME_PRESTOP_SECONDS": "-1"},
+            "OVSERVE_RUNTIME_PRESTOP_SECONDS='-1': input should be greater than or equal to 0",
+        ),
+        (
+            {"OVSERVE_STATUS_INTERVAL_SECONDS": "0"},
+            "OVSERVE_STATUS_INTERVAL_SECONDS='0': input should be greater than 0",
+        ),
+        (
+            {"OVSERVE_READBACK_GRACE_SECONDS": "nan"},
+            "OVSERVE_READBACK_GRACE_SECONDS='nan': input should be a finite number",
+        ),
+        (
+            {"OVSERVE_GPU_SUPPLEMENTAL_GROUPS": "109,render"},
+            "OVSERVE_GPU_SUPPLEMENTAL_GROUPS='109,render': input should be a valid integer",
+        ),
+        ({"OVSERVE_PROMETHEUS_URL": "prometheus:9090"}, "OVSERVE_PROMETHEUS_URL='prometheus:9090': expected an http"),
+        ({"OVSERVE_LOG_LEVEL": "chatty"}, "OVSERVE_LOG_LEVEL='chatty': input should be 'DEBUG'"),
     ],
 )
 def test_from_env_errors(env, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError) as exc:
         Settings.from_env(env)
+    assert message in str(exc.value)
+
+
+def test_every_bad_variable_is_named_at_once():
+    with pytest.raises(ValueError) as exc:
+        Settings.from_env({"OVSERVE_HEALTH_PORT": "http", "OVSERVE_LEADER_ELECTION": "maybe"})
+    assert "OVSERVE_HEALTH_PORT='http'" in str(exc.value) and "OVSERVE_LEADER_ELECTION='maybe'" in str(exc.value)
+
+
+def test_docs_table_is_generated_from_the_settings():
+    text = DOC.read_text()
+    assert settings.DOCS.render_into(text) == text, (
+        "docs/operator.md drifted: python -m ovserve_operator.settings --write docs/operator.md"
+    )
+    for field in Settings.model_fields:  # every variable from_env reads has its row
+        for name in settings.env_names(field):
+            assert f"`{name}`" in text, name
+
+
+def test_a_flag_is_validated_like_its_variable():
+    args = cli.build_parser().parse_args(["--health-port", "70000"])
+    with pytest.raises(ValueError, match="less than or equal to 65535"):
+        cli.settings_from(args, {})
 
 
 def test_parse_selector():
-    assert parse_selector("X", "a=b,c=") == {"a": "b", "c": ""}
+    assert parse_selector("a=b,c=") == {"a": "b", "c": ""}
 
 
 def test_configure_kopf():
