@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -108,22 +109,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         pipeline=PipelineReport(requested=requested, reason=Reason.LOADING),
         versions=versions(),
     )
-    app = App(
-        ServerConfig(
-            served_name=served,
-            max_prompt_tokens=args.max_prompt_tokens,
-            default_max_tokens=args.default_max_tokens,
-            max_queued_requests=args.max_queued_requests,
-            max_body_bytes=args.max_body_bytes,
-            max_images=args.max_images,
-            max_image_pixels=args.max_image_pixels,
-            max_decoded_image_bytes=args.max_decoded_image_bytes,
-            prepare_threads=args.prepare_threads,
-            drain_timeout_s=args.drain_timeout_seconds,
-            stream_interval_s=args.stream_interval_ms / 1000,
-        ),
-        report,
-    )
+    app = App(ServerConfig.from_flags(args, served), report)
     # shutdown_timeout: what cleanup still waits for handlers after the drain (which has its own bound)
     runner = web.AppRunner(app.web, handler_cancellation=True, access_log=None, shutdown_timeout=2)
     await runner.setup()
@@ -147,14 +133,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         device=args.device,
         properties=props,
         engine_process=args.engine_process,
-        scheduler=SchedulerOptions(
-            cache_size_gb=args.cache_size_gb,
-            max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            enable_prefix_caching=args.enable_prefix_caching,
-            dynamic_split_fuse=args.dynamic_split_fuse,
-            kv_cache_precision=args.kv_cache_precision,
-        ),
+        scheduler=SchedulerOptions(**args.model_dump(include={f.name for f in dataclasses.fields(SchedulerOptions)})),
     )
     load_task = loop.run_in_executor(None, load, opts)
     stop_task = asyncio.ensure_future(stop.wait())

@@ -253,6 +253,11 @@ def _arg(value: Any) -> str:
     return str(value)
 
 
+def default(field: str) -> Any:
+    """The runtime's default of a flag, for the internal configs that mirror it (server.ServerConfig)."""
+    return RuntimeFlags.model_fields[field].get_default(call_default_factory=True)
+
+
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 

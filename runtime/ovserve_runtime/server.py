@@ -20,7 +20,7 @@ import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from aiohttp import web
@@ -31,6 +31,7 @@ from .detok import Detokenizer
 from .drain import SHUTTING_DOWN, Drain
 from .encoder import BatchEncoder
 from .engine import Events
+from .flags import RuntimeFlags, default
 from .metrics import Metrics
 from .openai_request import ChatRequest, CompletionRequest, RequestError, parse
 from .report import Reason, RuntimeReport, State
@@ -40,17 +41,30 @@ log = logging.getLogger("ovserve.server")
 
 @dataclass
 class ServerConfig:
+    """What the HTTP side runs with. A field named like a flag is that flag (flags.py: its default, bounds
+    and meaning); `from_flags` builds one from the command line."""
+
     served_name: str
-    max_prompt_tokens: int = 0  # 0: the model's max position
-    default_max_tokens: int = 512
-    max_queued_requests: int = 256  # beyond max_num_seqs generating + this many waiting: 429
-    max_body_bytes: int = 32 * 1024 * 1024
-    max_images: int = 16  # image parts per request
-    max_image_pixels: int = 4096 * 4096  # per image, from its header, before decoding
-    max_decoded_image_bytes: int = 256 * 1024 * 1024  # RGB bytes of all the images of one request
-    prepare_threads: int = 0  # workers for bodies over INLINE_BODY_BYTES (validation, template, images); 0: min(4,CPUs)
-    drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight requests may still run (drain.py)
-    stream_interval_s: float = 0.01  # a stream's text within this long of its last write waits for one write
+    max_prompt_tokens: int = default("max_prompt_tokens")  # 0: the model's max position
+    default_max_tokens: int = default("default_max_tokens")
+    max_queued_requests: int = default("max_queued_requests")  # beyond max_num_seqs generating + this many: 429
+    max_body_bytes: int = default("max_body_bytes")
+    max_images: int = default("max_images")  # image parts per request
+    max_image_pixels: int = default("max_image_pixels")  # per image, from its header, before decoding
+    max_decoded_image_bytes: int = default("max_decoded_image_bytes")  # RGB bytes of all the images of a request
+    prepare_threads: int = default("prepare_threads")  # workers for bodies over INLINE_BODY_BYTES; 0: min(4,CPUs)
+    drain_timeout_s: float = default("drain_timeout_seconds")  # SIGTERM: how long in-flight requests may run
+    stream_interval_s: float = default("stream_interval_ms") / 1000  # text this close to a stream's last write waits
+
+    @classmethod
+    def from_flags(cls, flags: RuntimeFlags, served_name: str) -> ServerConfig:
+        same = {f.name for f in fields(cls)} & set(RuntimeFlags.model_fields) - {"served_name"}  # resolved by cli
+        return cls(
+            served_name=served_name,
+            drain_timeout_s=flags.drain_timeout_seconds,
+            stream_interval_s=flags.stream_interval_ms / 1000,
+            **flags.model_dump(include=same),
+        )
 
 
 class ApiError(Exception):

@@ -163,3 +163,23 @@ def test_to_args_writes_only_what_was_set():
         "--stream-interval-ms",
         "0.25",
     ]
+
+
+def test_the_server_and_the_scheduler_take_every_value_of_their_flags():
+    """ServerConfig and SchedulerOptions mirror flags by name: none is dropped on the way, none has a default
+    of its own."""
+    import dataclasses
+
+    from ovserve_runtime.engine import SchedulerOptions
+    from ovserve_runtime.server import ServerConfig
+
+    for f in dataclasses.fields(SchedulerOptions):
+        assert f.name in RuntimeFlags.model_fields, f.name
+    f = parse_flags(
+        ["--max-images", "3", "--stream-interval-ms", "20", "--drain-timeout-seconds", "5", "--prepare-threads", "2"],
+        environ={},
+    )
+    cfg = ServerConfig.from_flags(f, "m")
+    assert (cfg.served_name, cfg.max_images, cfg.prepare_threads) == ("m", 3, 2)
+    assert (cfg.stream_interval_s, cfg.drain_timeout_s) == (0.02, 5.0)
+    assert ServerConfig.from_flags(RuntimeFlags(), "m") == ServerConfig(served_name="m")
