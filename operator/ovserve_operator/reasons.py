@@ -199,14 +199,17 @@ def phase_of(ready_status: str, ready_reason: str) -> Phase:
 # ------------------------------------------------------------------------- docs
 
 
-def markdown_table() -> str:
-    lines = ["| reason | where | phase (as Ready=False) | meaning |", "|---|---|---|---|"]
-    for d in REGISTRY.values():
-        lines.append(f"| `{d.name}` | {d.used_in} | {d.phase.value if d.phase else ''} | {d.doc} |")
-    return "\n".join(lines)
+def _rows() -> list[tuple[str, ...]]:
+    return [(f"`{d.name}`", d.used_in, d.phase.value if d.phase else "", d.doc) for d in REGISTRY.values()]
 
 
-DOCS = docblock.Block("reasons", "ovserve_operator.reasons", "docs/operator.md", markdown_table)
+DOCS = docblock.Block(
+    "reasons",
+    "ovserve_operator.reasons",
+    "docs/operator.md",
+    ("reason", "where", "phase (as Ready=False)", "meaning"),
+    _rows,
+)
 render_into = DOCS.render_into
 
 

@@ -48,6 +48,7 @@ def _env(default: Any, env: str | tuple[str, ...] | None, doc: str, *, shown: st
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 LIST_FIELDS = ("watch_namespaces", "allowed_images", "gpu_supplemental_groups")  # comma lists; empty = none
+EMPTY_MEANS_NONE = (*LIST_FIELDS, "gpu_node_selector")  # an empty variable sets these (to none), not unset
 
 
 class Settings(BaseModel):
@@ -137,7 +138,7 @@ class Settings(BaseModel):
     status_interval_s: Seconds = _env(
         5.0, "OVSERVE_STATUS_INTERVAL_SECONDS", "status resync period (pod events trigger a refresh at once)"
     )
-    status_http_timeout_s: Seconds = _env(2.0, None, "")
+    status_http_timeout_s: Seconds = 2.0  # per GET /v1/status of a pod (not configurable)
     readback_grace_s: Seconds = _env(
         30.0,
         "OVSERVE_READBACK_GRACE_SECONDS",
@@ -223,7 +224,7 @@ class Settings(BaseModel):
         for field in cls.model_fields:
             for name in env_names(field):
                 raw = env.get(name)
-                if raw is not None and not raw.strip() and field in (*LIST_FIELDS, "gpu_node_selector"):
+                if raw is not None and not raw.strip() and field in EMPTY_MEANS_NONE:
                     values[field], source[field] = "", f"{name}={raw!r}"
                     break
                 if (found := sources.env_value(env, name)) is not None:
@@ -254,17 +255,18 @@ def _shown(field: str) -> str:
     return f"`{default}`"
 
 
-def markdown_table() -> str:
-    lines = ["| variable | default | meaning |", "|---|---|---|"]
+def _rows() -> list[tuple[str, ...]]:
+    rows = []
     for field, info in Settings.model_fields.items():
-        names = env_names(field)
-        if names:
+        if names := env_names(field):
             variable = " (else ".join(f"`{n}`" for n in names) + ")" * (len(names) - 1)
-            lines.append(f"| {variable} | {_shown(field)} | {info.description} |")
-    return "\n".join(lines)
+            rows.append((variable, _shown(field), str(info.description)))
+    return rows
 
 
-DOCS = docblock.Block("settings", "ovserve_operator.settings", "docs/operator.md", markdown_table)
+DOCS = docblock.Block(
+    "settings", "ovserve_operator.settings", "docs/operator.md", ("variable", "default", "meaning"), _rows
+)
 
 
 def configure_kopf(kopf_settings: Any, settings: Settings) -> None:

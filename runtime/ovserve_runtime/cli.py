@@ -17,8 +17,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from .flags import FlagError, RuntimeFlags, add_arguments, from_sources
+from .flags import RuntimeFlags, add_arguments, from_sources
 from .report import PipelineReport, Reason, RuntimeReport, State, Versions
+from .sources import ConfigError
 
 log = logging.getLogger("ovserve.cli")
 EXIT_FAILED = 3
@@ -58,7 +59,7 @@ def parse_flags(argv: list[str] | None = None, environ: Mapping[str, str] | None
     given = vars(parser.parse_args(argv))
     try:
         return from_sources(given, os.environ if environ is None else environ)
-    except FlagError as exc:
+    except ConfigError as exc:
         parser.error(str(exc))
 
 

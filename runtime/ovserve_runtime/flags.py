@@ -320,9 +320,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 g.add_argument(flag_name(name), metavar=_extra(name)["metavar"], default=argparse.SUPPRESS, help=doc)
 
 
-FlagError = sources.ConfigError
-
-
 def from_sources(given: Mapping[str, Any], environ: Mapping[str, str]) -> RuntimeFlags:
     """RuntimeFlags from parsed flags (`given`: field -> value, as strings) over their OVSERVE_* twins; an empty
     environment variable counts as unset."""
@@ -339,20 +336,19 @@ def from_sources(given: Mapping[str, Any], environ: Mapping[str, str]) -> Runtim
 # ------------------------------------------------------------------------- docs
 
 
-def markdown_table() -> str:
-    lines = ["| flag | env | default | meaning |", "|---|---|---|---|"]
+def _rows() -> list[tuple[str, ...]]:
+    rows = []
     for _, names in grouped():
         for name in names:
             if is_bool(name):
                 flag, env = f"--[no-]{flag_name(name)[2:]}", f"{env_name(name)} (true/false)"
             else:
                 flag, env = f"{flag_name(name)} {_extra(name)['metavar']}", env_name(name)
-            doc = RuntimeFlags.model_fields[name].description
-            lines.append(f"| `{flag}` | {env} | {shown_default(name)} | {doc} |")
-    return "\n".join(lines)
+            rows.append((f"`{flag}`", env, shown_default(name), str(RuntimeFlags.model_fields[name].description)))
+    return rows
 
 
-DOCS = docblock.Block("flags", "ovserve_runtime.flags", "docs/runtime.md", markdown_table)
+DOCS = docblock.Block("flags", "ovserve_runtime.flags", "docs/runtime.md", ("flag", "env", "default", "meaning"), _rows)
 render_into = DOCS.render_into
 
 

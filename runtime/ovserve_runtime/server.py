@@ -58,7 +58,8 @@ class ServerConfig:
 
     @classmethod
     def from_flags(cls, flags: RuntimeFlags, served_name: str) -> ServerConfig:
-        same = {f.name for f in fields(cls)} & set(RuntimeFlags.model_fields) - {"served_name"}  # resolved by cli
+        # served_name: the CLI resolves it (the directory name when the flag is unset)
+        same = ({f.name for f in fields(cls)} & set(RuntimeFlags.model_fields)) - {"served_name"}
         return cls(
             served_name=served_name,
             drain_timeout_s=flags.drain_timeout_seconds,
