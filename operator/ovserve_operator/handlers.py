@@ -27,7 +27,18 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from . import autoscaling_io, ownership, podview, policy, readback, reasons, render, status, statusqueue
+from . import (
+    autoscaling_io,
+    ownership,
+    podview,
+    policy,
+    readback,
+    reasons,
+    render,
+    resourcedefaults,
+    status,
+    statusqueue,
+)
 from . import spec as api
 from .health import HealthState
 from .kube import Kube, error_status, error_text, is_refusal
@@ -404,6 +415,8 @@ async def refresh(
         autoscaling_io.apply_to_status(
             result.status, scaling, previous=previous, generation=generation, now=now.strftime("%Y-%m-%dT%H:%M:%SZ")
         )
+        if (applied_defaults := resourcedefaults.defaults(typed, CTX.settings).status()) is not None:
+            result.status["resourceDefaults"] = applied_defaults
         # Children drifted (deleted or edited by hand) or missing: re-apply, at most every 30 s.
         drifted = not deployed or deployed[0]["hash"] != desired_hash
         if statusqueue.reapply_due(memory, drifted, time.monotonic(), REAPPLY_AFTER_S, generation):

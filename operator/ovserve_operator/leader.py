@@ -4,10 +4,16 @@ A replica acts only while it holds the Lease. Expiry is judged on the local mono
 moment this replica last saw the Lease record change (as client-go does), so clock skew between
 nodes does not matter. A leader that cannot renew within the renew deadline steps down; on a clean
 shutdown it releases the Lease so that a standby takes over at once.
+
+A deleted Lease is recreated (the chart's RBAC grants `create` on Leases in the release namespace): by the
+leader at its next renewal, keeping the labels and annotations it last saw (Helm's ownership marks, so that
+`helm upgrade` adopts the new object); a standby recreates it only once the last holder it saw has had
+the lease duration to do so, so a deletion never makes two leaders.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import threading
@@ -53,6 +59,7 @@ class LeaderElector:
         self._last_renew = 0.0
         self.last_error = ""
         self.observed_holder = ""
+        self._marks: dict[str, dict[str, str]] = {}  # the Lease's labels and annotations, kept on recreation
 
     # ------------------------------------------------------------------ one attempt (testable)
     def try_acquire_or_renew(self) -> bool:
@@ -61,10 +68,13 @@ class LeaderElector:
         stamp = _now_micro()
         duration = round(self.lease_duration)
         if lease is None:
+            holder = (self._observed or (None,))[0]
+            if holder and holder != self.identity and now_s < self._observed_at + duration:
+                return False  # deleted while another replica held it: give that one the lease duration
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
+                "metadata": {"name": self.name, "namespace": self.namespace, **copy.deepcopy(self._marks)},
                 "spec": {
                     "holderIdentity": self.identity,
                     "leaseDurationSeconds": duration,
@@ -76,6 +86,8 @@ class LeaderElector:
             self.client.create(self.namespace, body)
             self._observe(body["spec"], now_s)
             return True
+        meta = lease.get("metadata") or {}
+        self._marks = {k: dict(meta[k]) for k in ("labels", "annotations") if meta.get(k)}
         spec = lease.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
         if record != self._observed:

@@ -2,7 +2,7 @@
 
 Anyone who may create an LLMServing gets pods created by the operator's ServiceAccount, so the operator,
 not the tenant, decides whether a spec may mount a host directory, pick its own runtime image or pass
-tolerations and affinity through to the scheduler. A denied spec is never rendered with the field
+nodeSelector, tolerations and affinity through to the scheduler. A denied spec is never rendered with the field
 silently dropped: the operator reports reason PolicyDenied with the messages below, which name the
 setting (and the chart value) that would allow it.
 """
@@ -13,14 +13,28 @@ from . import spec as api
 from .settings import Settings
 
 
+def _at_boundary(image: str, prefix: str) -> bool:
+    """Whether `image` continues `prefix` at a path, tag or digest boundary. A ':' followed by a path is a
+    registry port, not a tag: `registry.example` must not allow `registry.example:5000/anything`."""
+    if prefix.endswith(("/", "@")):
+        return True
+    rest = image[len(prefix) :]
+    if rest[0] in "/@":
+        return True
+    if rest[0] == ":" or prefix.endswith(":"):
+        return "/" not in rest  # a tag (and maybe a digest) ends the reference; a port is followed by a path
+    return False
+
+
 def image_allowed(image: str, allowed: tuple[str, ...]) -> bool:
     """`allowed` holds image references or prefixes ending at a path, tag or digest boundary:
     `registry.example/ovserve` allows `registry.example/ovserve:1.2` and `.../ovserve@sha256:...`, never
-    `registry.example/ovserve-evil`; `*` allows any image."""
+    `registry.example/ovserve-evil`; a host is a host with its port (`registry.example:5000/` is another
+    registry than `registry.example/`); `*` allows any image."""
     for a in allowed:
         if a == "*" or image == a:
             return True
-        if image.startswith(a) and (a.endswith(("/", ":", "@")) or image[len(a)] in "/:@"):
+        if a and image.startswith(a) and _at_boundary(image, a):
             return True
     return False
 
@@ -40,7 +54,7 @@ def violations(spec: api.LLMServingSpec, settings: Settings) -> list[str]:
             "(operator setting OVSERVE_ALLOWED_IMAGES, chart value policy.allowedImages)"
         )
     if not settings.allow_scheduling_passthrough:
-        fields = [name for name in ("tolerations", "affinity") if getattr(spec, name)]
+        fields = [name for name in ("nodeSelector", "tolerations", "affinity") if getattr(spec, name)]
         if fields:
             out.append(
                 f"spec.{' and spec.'.join(fields)} denied: scheduling pass-through is off "

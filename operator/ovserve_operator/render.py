@@ -16,6 +16,7 @@ from ovserve_runtime import endpoints
 from ovserve_runtime.flags import RuntimeFlags
 from ovserve_runtime.report import PipelineType
 
+from . import resourcedefaults
 from . import spec as api
 from .settings import Settings
 
@@ -153,6 +154,8 @@ def _resources(spec: api.LLMServingSpec, settings: Settings) -> dict[str, Any]:
             res["requests"] = {k: str(v) for k, v in spec.resources.requests.items()}
         if spec.resources.limits:
             res["limits"] = {k: str(v) for k, v in spec.resources.limits.items()}
+    if added := resourcedefaults.defaults(spec, settings).requests:  # never BestEffort
+        res["requests"] = {**res.get("requests", {}), **added}
     if spec.device == api.Device.GPU:
         limits = res.setdefault("limits", {})
         if not any(k.startswith("gpu.intel.com/") for k in limits):
@@ -160,7 +163,21 @@ def _resources(spec: api.LLMServingSpec, settings: Settings) -> dict[str, Any]:
     return res
 
 
-def _model_volume(name: str, spec: api.LLMServingSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+def strategy(spec: api.LLMServingSpec) -> dict[str, Any]:
+    """The Deployment strategy: spec.rollout, its unset bounds from the device-aware default (a GPU pool
+    sized to the replicas has no device for a surge pod: it would stay Pending and the rollout never end)."""
+    rollout = spec.rollout or api.Rollout()
+    if rollout.strategy == api.RolloutStrategy.Recreate:
+        return {"type": "Recreate"}
+    gpu = spec.device == api.Device.GPU
+    surge = rollout.maxSurge if rollout.maxSurge is not None else (0 if gpu else 1)
+    unavailable = rollout.maxUnavailable if rollout.maxUnavailable is not None else (1 if gpu else 0)
+    if str(surge).rstrip("%") == "0" and str(unavailable).rstrip("%") == "0":
+        unavailable = 1  # only one bound given as 0 and the default other one 0 too: keep the rollout moving
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}
+
+
+def _model_volume(name: str, spec: api.LLMServingSpec, settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
     """(volume, volumeMount of the runtime container)."""
     src = spec.model
     mount: dict[str, Any] = {"name": "model", "mountPath": model_path(name), "readOnly": True}
@@ -174,7 +191,9 @@ def _model_volume(name: str, spec: api.LLMServingSpec) -> tuple[dict[str, Any], 
         if src.pvc.path:
             mount["subPath"] = src.pvc.path
     elif src.huggingFace is not None:
-        volume = {"name": "model", "emptyDir": {}}
+        # bounded: a repository larger than expected must not fill the node's disk
+        limit = src.huggingFace.sizeLimit or settings.hf_download_size_limit
+        volume = {"name": "model", "emptyDir": {"sizeLimit": str(limit)}}
     else:  # the CRD's CEL rule refuses this; keep the renderer total anyway
         raise ValueError("spec.model: exactly one of pvc, hostPath, huggingFace must be set")
     return volume, mount
@@ -217,7 +236,7 @@ def _download_init_container(
 def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dict[str, Any]:
     image = spec.image or settings.runtime_image
     pull_policy = settings.runtime_image_pull_policy
-    volume, model_mount = _model_volume(name, spec)
+    volume, model_mount = _model_volume(name, spec, settings)
     term = termination(settings)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
@@ -321,7 +340,7 @@ def render_deployment(name: str, namespace: str, uid: str, spec: api.LLMServingS
             "replicas": spec.replicas,
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(name)},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": strategy(spec),
             "template": template,
         },
     }
@@ -361,6 +380,7 @@ __all__ = [
     "runtime_args",
     "selector_labels",
     "selector_string",
+    "strategy",
     "template_hash",
     "termination",
 ]

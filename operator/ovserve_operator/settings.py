@@ -16,8 +16,11 @@ from typing import Annotated, Any, Literal
 from ovserve_runtime import docblock, sources
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .spec import QUANTITY_PATTERN
+
 FIELD_MANAGER = "ovserve-operator"
 STORAGE_PREFIX = "ovserve.dev"
+MEMORY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"  # the subset resourcedefaults adds up
 FINALIZER = "ovserve.dev/finalizer"
 
 
@@ -48,7 +51,8 @@ def _env(default: Any, env: str | tuple[str, ...] | None, doc: str, *, shown: st
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 LIST_FIELDS = ("watch_namespaces", "allowed_images", "gpu_supplemental_groups")  # comma lists; empty = none
-EMPTY_MEANS_NONE = (*LIST_FIELDS, "gpu_node_selector")  # an empty variable sets these (to none), not unset
+# an empty variable sets these (to none), not unset
+EMPTY_MEANS_NONE = (*LIST_FIELDS, "gpu_node_selector", "default_cpu_request", "default_memory_request")
 
 
 class Settings(BaseModel):
@@ -96,6 +100,27 @@ class Settings(BaseModel):
         "allow a plain-http `OVSERVE_HF_ENDPOINT` (a mirror inside the cluster; refused at start otherwise, and "
         "the downloader refuses it too): tokens and models travel unencrypted",
     )
+    hf_download_size_limit: str = _env(
+        "20Gi",
+        "OVSERVE_HF_DOWNLOAD_SIZE_LIMIT",
+        "`sizeLimit` of the emptyDir a `huggingFace` model is downloaded into, unless `spec.model.huggingFace."
+        "sizeLimit` sets it (a resource.Quantity)",
+        pattern=QUANTITY_PATTERN,
+    )
+    # Requests of runtime containers whose spec leaves them unset (resourcedefaults.py): never BestEffort.
+    default_cpu_request: str = _env(
+        "100m",
+        "OVSERVE_DEFAULT_CPU_REQUEST",
+        "runtime pods: cpu request when `spec.resources` names no cpu (a scheduling floor); empty = none",
+        pattern=r"^$|^[0-9]+(\.[0-9]+)?m?$",
+    )
+    default_memory_request: str = _env(
+        "1Gi",
+        "OVSERVE_DEFAULT_MEMORY_REQUEST",
+        "runtime pods: memory request when `spec.resources` names no memory: the runtime and the weights of a small "
+        "model, plus `scheduler.cacheSizeGB` on CPU; empty = none",
+        pattern=f"^$|{MEMORY_PATTERN}",
+    )
     # Tenant policy (policy.py): secure by default; the chart and the tests turn on what they need.
     allow_host_path: bool = _env(
         False, "OVSERVE_ALLOW_HOSTPATH", "tenant policy: allow `spec.model.hostPath`; denied specs read `PolicyDenied`"
@@ -109,7 +134,7 @@ class Settings(BaseModel):
     allow_scheduling_passthrough: bool = _env(
         True,
         "OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH",
-        "tenant policy: pass `spec.tolerations` / `spec.affinity` to runtime pods",
+        "tenant policy: pass `spec.nodeSelector` / `spec.tolerations` / `spec.affinity` to runtime pods",
     )
     leader_election: bool = _env(True, "OVSERVE_LEADER_ELECTION", "act only while holding the Lease")
     lease_namespace: str = _env(

@@ -62,6 +62,21 @@ class _Strict(BaseModel):
 # --------------------------------------------------------------------------------------------- spec
 
 
+# resource.Quantity's canonical syntax (as kubebuilder renders it): `kubectl apply` refuses "two" early.
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_QUANTITY = {
+    "x-kubernetes-int-or-string": True,
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "pattern": QUANTITY_PATTERN,
+}
+Quantity = Annotated[int | Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)], "resource.Quantity"]
+
+
+SERVED_NAME_PATTERN = r"^[^-\s]\S*$"
+
+
 class PVCSource(_Strict):
     """A model directory on a PersistentVolumeClaim in the same namespace (mounted read-only)."""
 
@@ -113,6 +128,12 @@ class HuggingFaceSource(_Strict):
         description="Secret key holding a Hub token for gated or private repositories. "
         "Passed to the init container as an environment variable, never as an argument.",
     )
+    sizeLimit: Quantity | None = Field(
+        None,
+        description="sizeLimit of the emptyDir the model is downloaded into (the kubelet evicts a pod whose "
+        "download grows past it). Default: the operator setting OVSERVE_HF_DOWNLOAD_SIZE_LIMIT (20Gi).",
+        json_schema_extra=_QUANTITY,
+    )
 
 
 class ModelSource(_Strict):
@@ -136,7 +157,10 @@ class ModelSource(_Strict):
         None,
         min_length=1,
         max_length=253,
-        description="Model name served by the OpenAI-compatible API (`model` field). Default: metadata.name.",
+        # the runtime takes it as a command-line argument: a leading '-' would read as a flag
+        pattern=SERVED_NAME_PATTERN,
+        description="Model name served by the OpenAI-compatible API (`model` field): no whitespace, not "
+        "starting with '-'. Default: metadata.name.",
     )
 
 
@@ -157,18 +181,6 @@ class SchedulerConfig(_Strict):
     enablePrefixCaching: bool | None = Field(None, description="Reuse the KV cache of common prompt prefixes.")
     dynamicSplitFuse: bool | None = Field(None, description="Split long prompts across scheduler steps.")
     kvCachePrecision: KVCachePrecision | None = Field(None, description="KV-cache element precision.")
-
-
-# resource.Quantity's canonical syntax (as kubebuilder renders it): `kubectl apply` refuses "two" early.
-QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-_QUANTITY = {
-    "x-kubernetes-int-or-string": True,
-    "anyOf": [{"type": "integer"}, {"type": "string"}],
-    "pattern": QUANTITY_PATTERN,
-}
-Quantity = Annotated[int | Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)], "resource.Quantity"]
 
 
 class ResourceRequirements(_Strict):
@@ -246,6 +258,75 @@ class Autoscaling(_Strict):
         return self
 
 
+INT_OR_PERCENT_PATTERN = r"^([0-9]+|[0-9]+%)$"
+_INT_OR_PERCENT = {
+    "x-kubernetes-int-or-string": True,
+    "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}],
+    "pattern": INT_OR_PERCENT_PATTERN,
+}
+IntOrPercent = Annotated[
+    Annotated[int, Field(ge=0)] | Annotated[str, StringConstraints(pattern=INT_OR_PERCENT_PATTERN)], "IntOrString"
+]
+
+
+class RolloutStrategy(StrEnum):
+    RollingUpdate = "RollingUpdate"
+    Recreate = "Recreate"
+
+
+def _zero(v: int | str | None) -> bool:
+    return v is not None and str(v).rstrip("%") == "0"
+
+
+class Rollout(_Strict):
+    """How a spec change replaces the runtime pods (the Deployment's strategy). Unset fields take the
+    device-aware default: CPU maxSurge 1 / maxUnavailable 0 (a new pod is Ready before an old one goes);
+    GPU maxSurge 0 / maxUnavailable 1 (a GPU pool sized to the replicas has no device for a surge pod, which
+    would stay Pending forever: one old pod goes first, its device serves the new one)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.maxSurge) || !has(self.maxUnavailable) || "
+                    "!(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",
+                    "message": "rollout.maxSurge and rollout.maxUnavailable must not both be 0",
+                },
+                {
+                    "rule": "!has(self.strategy) || self.strategy != 'Recreate' || "
+                    "(!has(self.maxSurge) && !has(self.maxUnavailable))",
+                    "message": "rollout.maxSurge and rollout.maxUnavailable apply to RollingUpdate only",
+                },
+            ]
+        }
+    )
+
+    strategy: RolloutStrategy = Field(
+        RolloutStrategy.RollingUpdate,
+        description="RollingUpdate (bounded by maxSurge / maxUnavailable), or Recreate (every old pod goes "
+        "before a new one starts: a pause in service, for devices that cannot hold two models).",
+    )
+    maxSurge: IntOrPercent | None = Field(
+        None,
+        description="Pods above spec.replicas during a rollout (count or percent). Default: 1 on CPU, 0 on GPU.",
+        json_schema_extra=_INT_OR_PERCENT,
+    )
+    maxUnavailable: IntOrPercent | None = Field(
+        None,
+        description="Pods below spec.replicas during a rollout (count or percent). Default: 0 on CPU, 1 on GPU.",
+        json_schema_extra=_INT_OR_PERCENT,
+    )
+
+    @model_validator(mode="after")
+    def _progress(self) -> Rollout:
+        # the same rules as the CEL ones above, for specs that reach the operator by other paths
+        if _zero(self.maxSurge) and _zero(self.maxUnavailable):
+            raise ValueError("rollout.maxSurge and rollout.maxUnavailable must not both be 0")
+        if self.strategy == RolloutStrategy.Recreate and (self.maxSurge is not None or self.maxUnavailable is not None):
+            raise ValueError("rollout.maxSurge and rollout.maxUnavailable apply to RollingUpdate only")
+        return self
+
+
 class ServingConfig(_Strict):
     """Request handling of the runtime, whatever the pipeline."""
 
@@ -286,7 +367,11 @@ class LLMServingSpec(_Strict):
     autoscaling: Autoscaling | None = Field(
         None, description="Scale replicas on LLM load with KEDA and Prometheus (both installed separately)."
     )
-    resources: ResourceRequirements | None = Field(None, description="Resources of the runtime container.")
+    resources: ResourceRequirements | None = Field(
+        None,
+        description="Resources of the runtime container. Requests left unset get the operator's defaults "
+        "(status.resourceDefaults says which and why; docs/operator.md).",
+    )
     nodeSelector: dict[str, str] | None = Field(
         None, description="Node labels the runtime pods must match (added to the GPU node selector)."
     )
@@ -301,6 +386,11 @@ class LLMServingSpec(_Strict):
     image: str | None = Field(None, min_length=1, description="Runtime image override (default: operator setting).")
     scheduler: SchedulerConfig | None = Field(None, description="Continuous-batching scheduler settings.")
     serving: ServingConfig | None = Field(None, description="Request handling: admission bound.")
+    rollout: Rollout | None = Field(
+        None,
+        description="How spec changes replace the runtime pods. Default: device-aware (CPU surge 1, GPU "
+        "unavailable 1).",
+    )
 
 
 # ------------------------------------------------------------------------------------------- status
@@ -374,6 +464,16 @@ class AutoscalingStatus(BaseModel):
     display: str = Field("", description="minReplicas-maxReplicas and the reason, for the AUTOSCALING column.")
 
 
+class ResourceDefaultsStatus(BaseModel):
+    """Requests the operator added because spec.resources leaves them unset (docs/operator.md)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    cpu: str | None = Field(None, description="The cpu request added; empty when the spec sets cpu.")
+    memory: str | None = Field(None, description="The memory request added; empty when the spec sets memory.")
+    message: str = Field("", description="How they were derived, and the settings that set them.")
+
+
 class LLMServingStatus(BaseModel):
     """Observed state, recomputed from the runtime pods and their reports (never latched)."""
 
@@ -397,6 +497,9 @@ class LLMServingStatus(BaseModel):
         json_schema_extra={"format": "date-time"},
     )
     autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state when spec.autoscaling is set.")
+    resourceDefaults: ResourceDefaultsStatus | None = Field(
+        None, description="Requests of the runtime container the operator defaulted; absent when the spec sets all."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, PipelineResolved, Fallback, and Autoscaling when set (metav1.Condition).",
@@ -446,7 +549,10 @@ __all__ = [
     "PipelineStatus",
     "PipelineType",
     "PreviousPods",
+    "ResourceDefaultsStatus",
     "ResourceRequirements",
+    "Rollout",
+    "RolloutStrategy",
     "SchedulerConfig",
     "SecretKeySelector",
     "parse_spec",

@@ -37,6 +37,7 @@ EXPECTED_RBAC = {
     ("cluster", "core", "pods"): {"get", "list", "watch"},
     ("cluster", "core", "events"): {"create", "list"},
     ("release-namespace", "coordination.k8s.io", "leases/ovserve-operator"): {"get", "update"},
+    ("release-namespace", "coordination.k8s.io", "leases"): {"create"},  # a deleted Lease is recreated
 }
 
 

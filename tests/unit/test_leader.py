@@ -178,3 +178,48 @@ def test_acquire_renew_and_release_keep_the_leases_own_metadata():
     assert leases.holder == "b"
     for key, value in helm_meta.items():
         assert leases.obj["metadata"][key] == value
+
+
+HELM_MARKS = {
+    "labels": {"app.kubernetes.io/managed-by": "Helm"},
+    "annotations": {"meta.helm.sh/release-name": "ovs", "meta.helm.sh/release-namespace": "ovserve-system"},
+}
+
+
+@pytest.mark.parametrize(
+    "leader_alive,recreated_by,after_s",
+    [
+        (True, "a", 2),  # the leader recreates it at its next renewal
+        (False, "b", 16),  # a dead leader: a standby recreates it once the lease duration has passed
+    ],
+)
+def test_deleted_lease_is_recreated_with_its_marks_and_never_two_leaders(leader_alive, recreated_by, after_s):
+    leases, clock = FakeLeases(), Clock()
+    leases.obj = {"metadata": {"name": "lease", "namespace": "ns", **copy.deepcopy(HELM_MARKS)}, "spec": {}}
+    leases.obj["metadata"]["resourceVersion"] = "0"
+    a, b = elector(leases, "a", clock), elector(leases, "b", clock)
+    assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    leases.obj = None  # kubectl delete lease
+    for _ in range(after_s // 2):
+        clock.t += 2
+        if leader_alive:
+            a.try_acquire_or_renew()
+        b_won = b.try_acquire_or_renew()
+        # a standby never recreates it while the holder it saw may still renew
+        assert not (b_won and leader_alive)
+    assert leases.holder == recreated_by
+    meta = leases.obj["metadata"]
+    assert meta["labels"] == HELM_MARKS["labels"] and meta["annotations"] == HELM_MARKS["annotations"]
+
+
+def test_standby_waits_the_lease_duration_before_recreating():
+    leases, clock = FakeLeases(), Clock()
+    a, b = elector(leases, "a", clock), elector(leases, "b", clock)
+    assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    leases.obj = None
+    clock.t += 14
+    assert not b.try_acquire_or_renew() and leases.obj is None
+    clock.t += 2
+    assert b.try_acquire_or_renew() and leases.holder == "b"
+    # the old leader, back, sees another holder: it does not take the Lease back
+    assert not a.try_acquire_or_renew()

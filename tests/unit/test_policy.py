@@ -1,4 +1,5 @@
-"""Tenant policy (pure): hostPath, runtime image overrides, scheduling pass-through."""
+"""Tenant policy (pure): hostPath, runtime image overrides, scheduling pass-through (nodeSelector,
+tolerations, affinity)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,17 @@ def spec(**kw) -> api.LLMServingSpec:
         ("x:1", (), False),
         ("x:1", ("x:1",), True),
         ("x:12", ("x:1",), False),
+        # a registry's port belongs to its host: another registry, not a tag
+        ("registry.example:5000/evil:1", ("registry.example",), False),
+        ("registry.example:5000/evil:1", ("registry.example:",), False),
+        ("registry.example:5000/ovserve:1", ("registry.example:5000",), True),
+        ("registry.example:5000/ovserve:1", ("registry.example:5000/",), True),
+        ("registry.example:50001/ovserve:1", ("registry.example:5000",), False),
+        ("localhost:5000/ovserve:dev", ("localhost",), False),
+        ("localhost/ovserve:dev", ("localhost",), True),
+        ("ubuntu:22.04", ("ubuntu",), True),  # a tag, no registry
+        ("registry.example/ovserve:1@sha256:abc", ("registry.example/ovserve",), True),
+        ("registry.example/ovserve:1", ("",), False),
     ],
 )
 def test_image_allowed(image, allowed, ok):
@@ -48,6 +60,17 @@ def test_image_allowed(image, allowed, ok):
             {"tolerations": [{"operator": "Exists"}], "affinity": {"nodeAffinity": {}}},
             Settings(allow_scheduling_passthrough=False),
             ["spec.tolerations and spec.affinity denied"],
+        ),
+        ({"nodeSelector": {"pool": "a100"}}, Settings(), []),
+        (
+            {"nodeSelector": {"pool": "a100"}},
+            Settings(allow_scheduling_passthrough=False),
+            ["spec.nodeSelector denied"],
+        ),
+        (
+            {"nodeSelector": {"pool": "a"}, "affinity": {"nodeAffinity": {}}},
+            Settings(allow_scheduling_passthrough=False),
+            ["spec.nodeSelector and spec.affinity denied"],
         ),
         (
             {"model": HOST, "image": "evil/x:1"},

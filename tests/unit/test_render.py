@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ovserve_operator import render
+from ovserve_operator import render, resourcedefaults
 from ovserve_operator import spec as api
 from ovserve_operator.settings import Settings
 
@@ -73,7 +73,9 @@ def test_runtime_container_shape():
     assert pod["automountServiceAccountToken"] is False
     assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
-    assert "nodeSelector" not in pod and "resources" not in c
+    assert "nodeSelector" not in pod
+    # never BestEffort: the operator's default requests, no limits (resourcedefaults.py)
+    assert c["resources"] == {"requests": {"cpu": "100m", "memory": "1Gi"}}
     args = c["args"]
     assert arg(args, "--model-path") == "/models/llm"
     assert arg(args, "--served-name") == "llm"
@@ -102,7 +104,7 @@ def test_graceful_termination_fits_together(settings, prestop, drain, grace):
         assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": prestop}}}
     assert arg(c["args"], "--drain-timeout-seconds") == str(drain)
     assert pod["terminationGracePeriodSeconds"] == grace == (prestop or 0) + drain + render.TERMINATION_MARGIN_S
-    # zero-loss rollouts: a new pod is ready before an old one goes
+    # zero-loss rollouts (CPU default): a new pod is ready before an old one goes
     assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     # the readiness probe is what stops new traffic in a rollout: it must be there
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
@@ -139,7 +141,12 @@ def test_termination_settings_change_the_template_hash():
         ),
         (
             {"huggingFace": {"repo": "OpenVINO/tiny-ov"}},
-            {"name": "model", "emptyDir": {}},
+            {"name": "model", "emptyDir": {"sizeLimit": "20Gi"}},  # OVSERVE_HF_DOWNLOAD_SIZE_LIMIT
+            {"name": "model", "mountPath": "/models/llm", "readOnly": True},
+        ),
+        (
+            {"huggingFace": {"repo": "OpenVINO/tiny-ov", "sizeLimit": "3Gi"}},
+            {"name": "model", "emptyDir": {"sizeLimit": "3Gi"}},
             {"name": "model", "mountPath": "/models/llm", "readOnly": True},
         ),
     ],
@@ -272,3 +279,109 @@ def test_render_is_pure_and_json_serialisable():
     second = objs({"model": HOST})
     assert first == second
     json.dumps(first)
+
+
+@pytest.mark.parametrize(
+    "spec,strategy",
+    [
+        ({}, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}),
+        # a GPU pool sized to the replicas has no device for a surge pod: one old pod goes first
+        ({"device": "GPU"}, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}),
+        (
+            {"device": "GPU", "rollout": {"maxSurge": 1}},
+            {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}},
+        ),
+        (
+            {"device": "GPU", "rollout": {"maxSurge": 1, "maxUnavailable": 0}},
+            {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+        ),
+        (
+            {"rollout": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+        ),
+        # only the default other bound was 0 as well: the rollout must still move
+        (
+            {"rollout": {"maxSurge": 0}},
+            {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        ),
+        ({"device": "GPU", "rollout": {"strategy": "Recreate"}}, {"type": "Recreate"}),
+    ],
+)
+def test_rollout_strategy(spec, strategy):
+    _, dep, _ = objs({"model": HOST, **spec})
+    assert dep["spec"]["strategy"] == strategy
+
+
+@pytest.mark.parametrize(
+    "rollout,error",
+    [
+        ({"maxSurge": 0, "maxUnavailable": "0%"}, "must not both be 0"),
+        ({"strategy": "Recreate", "maxSurge": 1}, "RollingUpdate only"),
+        ({"maxSurge": "x%"}, "maxSurge"),
+        ({"maxUnavailable": -1}, "maxUnavailable"),
+    ],
+)
+def test_rollout_refused(rollout, error):
+    with pytest.raises(ValueError, match=error):
+        api.parse_spec({"model": HOST, "rollout": rollout})
+
+
+@pytest.mark.parametrize(
+    "spec,settings,requests,limits",
+    [
+        ({}, SETTINGS, {"cpu": "100m", "memory": "1Gi"}, None),
+        # the KV cache size is known on CPU for a pipeline that may batch: added to the floor
+        ({"scheduler": {"cacheSizeGB": 4}}, SETTINGS, {"cpu": "100m", "memory": "5Gi"}, None),
+        ({"scheduler": {"cacheSizeGB": 4}, "pipelineType": "LM"}, SETTINGS, {"cpu": "100m", "memory": "1Gi"}, None),
+        # on a GPU the cache lives in device memory
+        (
+            {"scheduler": {"cacheSizeGB": 4}, "device": "GPU"},
+            SETTINGS,
+            {"cpu": "100m", "memory": "1Gi"},
+            {"gpu.intel.com/i915": "1"},
+        ),
+        (
+            {"scheduler": {"cacheSizeGB": 2}},
+            Settings(default_memory_request="512Mi"),
+            {"cpu": "100m", "memory": "2560Mi"},
+            None,
+        ),
+        # what the spec names is the spec's: a limit alone is the request too (Kubernetes' own default)
+        ({"resources": {"requests": {"cpu": "2"}}}, SETTINGS, {"cpu": "2", "memory": "1Gi"}, None),
+        ({"resources": {"limits": {"memory": "3Gi"}}}, SETTINGS, {"cpu": "100m"}, {"memory": "3Gi"}),
+        ({"resources": {"requests": {"cpu": 1, "memory": "8Gi"}}}, SETTINGS, {"cpu": "1", "memory": "8Gi"}, None),
+        ({}, Settings(default_cpu_request="", default_memory_request=""), None, None),
+    ],
+)
+def test_default_requests(spec, settings, requests, limits):
+    _, _, pod = objs({"model": HOST, **spec}, settings)
+    res = container(pod).get("resources") or {}
+    assert res.get("requests") == requests and res.get("limits") == limits
+
+
+def test_default_requests_reported_for_status():
+    typed = api.parse_spec({"model": HOST, "scheduler": {"cacheSizeGB": 4}, "resources": {"requests": {"cpu": "1"}}})
+    got = resourcedefaults.defaults(typed, SETTINGS)
+    assert got.status() == {"cpu": None, "memory": "5Gi", "message": got.message}
+    assert "OVSERVE_DEFAULT_MEMORY_REQUEST" in got.message and "cacheSizeGB" in got.message
+    full = api.parse_spec({"model": HOST, "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}})
+    assert resourcedefaults.defaults(full, SETTINGS).status() is None
+
+
+@pytest.mark.parametrize(
+    "quantity,n",
+    [("1Gi", 2**30), ("512Mi", 2**29), ("2G", 2 * 10**9), ("1.5Gi", 3 * 2**29), ("100", 100)],
+)
+def test_memory_quantities(quantity, n):
+    assert resourcedefaults.memory_bytes(quantity) == n
+
+
+@pytest.mark.parametrize("n,text", [(2**30, "1Gi"), (5 * 2**30, "5Gi"), (2**29, "512Mi"), (2**20 + 1, "2Mi")])
+def test_memory_format_rounds_up(n, text):
+    assert resourcedefaults.format_memory(n) == text
+
+
+@pytest.mark.parametrize("served", ["-x", "--help", "a b", " x"])
+def test_served_name_that_reads_as_a_flag_is_refused(served):
+    with pytest.raises(ValueError, match="servedName"):
+        api.parse_spec({"model": {**HOST, "servedName": served}})
