@@ -261,8 +261,8 @@ class Autoscaling(_Strict):
 INT_OR_PERCENT_PATTERN = r"^([0-9]+|[0-9]+%)$"
 _INT_OR_PERCENT = {
     "x-kubernetes-int-or-string": True,
-    "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}],
-    "pattern": INT_OR_PERCENT_PATTERN,
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "pattern": INT_OR_PERCENT_PATTERN,  # strings only: the rule below refuses negative integers
 }
 IntOrPercent = Annotated[
     Annotated[int, Field(ge=0)] | Annotated[str, StringConstraints(pattern=INT_OR_PERCENT_PATTERN)], "IntOrString"
@@ -291,6 +291,11 @@ class Rollout(_Strict):
                     "rule": "!has(self.maxSurge) || !has(self.maxUnavailable) || "
                     "!(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",
                     "message": "rollout.maxSurge and rollout.maxUnavailable must not both be 0",
+                },
+                {
+                    "rule": "(!has(self.maxSurge) || !string(self.maxSurge).startsWith('-')) && "
+                    "(!has(self.maxUnavailable) || !string(self.maxUnavailable).startsWith('-'))",
+                    "message": "rollout.maxSurge and rollout.maxUnavailable must not be negative",
                 },
                 {
                     "rule": "!has(self.strategy) || self.strategy != 'Recreate' || "

@@ -10,6 +10,9 @@ Moved out of the kopf glue so that it can be tested alone: the clock and the ind
   time-boxed), sleep until the next due time or a wake-up. A pass never waits for the refreshes it
   started, so the heartbeat (`on_cycle`) tells that the loop runs, not how slow the slowest pod answers;
   an object whose refresh is still running is not started twice (a mark meanwhile refreshes it after).
+- `fair_pick`: which waiting objects take the free refresh slots: shared fairly between namespaces, so one
+  tenant whose pods are slow to answer (each refresh waiting out its readback deadline) cannot hold every
+  slot while another tenant's objects wait.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from . import status
@@ -134,6 +138,37 @@ def needs_patch(
     return stored is None or now is None or (now - stored).total_seconds() >= heartbeat_s
 
 
+def fair_pick(pending: Sequence[Key], running: Collection[Key], slots: int, reserve: int) -> list[Key]:
+    """The pending keys to start now, in start order (pure).
+
+    At most `slots` run at once. A namespace may run at most its fair share, ceil(slots / namespaces with
+    work, pending or running), and never more than slots - reserve: a slot or more always stays free for
+    another namespace's objects, however slow one namespace's refreshes are. Free slots go round-robin,
+    to the namespace running fewest first (ties: the one that has waited longest), each namespace's keys
+    in their pending order."""
+    by_ns: dict[str, list[Key]] = {}
+    for k in pending:
+        if k not in running:
+            by_ns.setdefault(k[0], []).append(k)
+    load = Counter(k[0] for k in running)
+    namespaces = set(by_ns) | set(load)
+    if not namespaces:
+        return []
+    cap = max(1, min(-(-slots // len(namespaces)), slots - reserve))
+    order = {ns: i for i, ns in enumerate(by_ns)}
+    free = slots - len(running)
+    out: list[Key] = []
+    while free > 0:
+        candidates = [ns for ns, keys in by_ns.items() if keys and load[ns] < cap]
+        if not candidates:
+            break
+        ns = min(candidates, key=lambda n: (load[n], order[n]))
+        out.append(by_ns[ns].pop(0))
+        load[ns] += 1
+        free -= 1
+    return out
+
+
 Refresh = Callable[[Key, dict[str, Any]], Awaitable[Any]]
 
 
@@ -142,7 +177,8 @@ class StatusController:
 
     `index` maps a key to its snapshots (a kopf index, or a dict in tests); `refresh(key, snapshot)`
     does one object's cycle (at most `refresh_timeout_s`); `on_gone(key)` is told about deleted objects;
-    `on_cycle(count)` after each pass.
+    `on_cycle(count)` after each pass. At most `concurrency` refreshes run at once, shared between
+    namespaces by `fair_pick` (`reserve` slots never go to a single namespace); the rest wait, in order.
     """
 
     def __init__(
@@ -155,36 +191,50 @@ class StatusController:
         on_cycle: Callable[[int], None] = lambda _n: None,
         on_error: Callable[[Key, BaseException], None] = lambda _k, _e: None,
         concurrency: int = 16,
+        reserve: int | None = None,
         coalesce_s: float = 0.2,
         refresh_timeout_s: float = 60.0,
     ) -> None:
         self.queue, self.index, self.refresh = queue, index, refresh
         self.on_gone, self.on_cycle, self.on_error = on_gone, on_cycle, on_error
-        self.sem = asyncio.Semaphore(concurrency)
+        self.concurrency = concurrency
+        self.reserve = max(1, concurrency // 4) if reserve is None else reserve
+        self.pending: dict[Key, None] = {}  # due or marked, waiting for a slot (ordered)
         self.coalesce_s = coalesce_s
         self.refresh_timeout_s = refresh_timeout_s
         self.in_flight: dict[Key, asyncio.Task] = {}
         self._again: set[Key] = set()  # due or marked while in flight: refresh once more when done
 
     async def _one(self, key: Key) -> None:
-        async with self.sem:
-            snaps = list(self.index.get(key, []))
-            if not snaps:
-                return
-            try:
-                await asyncio.wait_for(self.refresh(key, snaps[0]), self.refresh_timeout_s)
-            except asyncio.CancelledError:
-                raise
-            except TimeoutError:
-                self.on_error(key, TimeoutError(f"status refresh took more than {self.refresh_timeout_s:g} s"))
-            except Exception as e:
-                self.on_error(key, e)
+        snaps = list(self.index.get(key, []))
+        if not snaps:
+            return
+        try:
+            await asyncio.wait_for(self.refresh(key, snaps[0]), self.refresh_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            self.on_error(key, TimeoutError(f"status refresh took more than {self.refresh_timeout_s:g} s"))
+        except Exception as e:
+            self.on_error(key, e)
 
     def _done(self, key: Key) -> None:
         self.in_flight.pop(key, None)
         if key in self._again:
             self._again.discard(key)
             self.queue.mark(key)
+        if self.pending:
+            self._dispatch()  # a slot freed: the next waiting object takes it now, not at the next pass
+
+    def _dispatch(self) -> list[Key]:
+        started = []
+        for k in fair_pick(list(self.pending), self.in_flight.keys(), self.concurrency, self.reserve):
+            del self.pending[k]
+            task = asyncio.create_task(self._one(k), name=f"status {k[0]}/{k[1]}")
+            task.add_done_callback(lambda _t, k=k: self._done(k))
+            self.in_flight[k] = task
+            started.append(k)
+        return started
 
     async def cycle(self) -> list[Key]:
         """One pass: start the refresh of what is dirty or due. Returns the keys started."""
@@ -192,22 +242,20 @@ class StatusController:
         present = {k for k in self.queue.active if k in self.index}
         todo, gone = self.queue.take(present)
         for k in gone:
+            self.pending.pop(k, None)
             self.on_gone(k)
-        started = []
         for k in todo:
             if k in self.in_flight:
                 self._again.add(k)
-                continue
-            task = asyncio.create_task(self._one(k), name=f"status {k[0]}/{k[1]}")
-            task.add_done_callback(lambda _t, k=k: self._done(k))
-            self.in_flight[k] = task
-            started.append(k)
+            else:
+                self.pending.setdefault(k)
+        started = self._dispatch()
         await asyncio.sleep(0)  # let the new refreshes start before the heartbeat
         self.on_cycle(len(present))
         return started
 
     async def drain(self) -> None:
-        """Until every started refresh has finished (tests, shutdown)."""
+        """Until every started refresh, and every one waiting for a slot, has finished (tests, shutdown)."""
         while self.in_flight:
             await asyncio.gather(*list(self.in_flight.values()), return_exceptions=True)
 

@@ -199,3 +199,70 @@ def test_a_slow_refresh_never_holds_the_loop_or_runs_twice():
         assert not c.in_flight
 
     asyncio.run(scenario())
+
+
+def keys(spec: str) -> list[tuple[str, str]]:
+    """'a1 a2 b1' -> [('a', 'a1'), ('a', 'a2'), ('b', 'b1')]: the namespace is the first letter."""
+    return [(k[0], k) for k in spec.split()]
+
+
+@pytest.mark.parametrize(
+    "pending,running,slots,reserve,want",
+    [
+        # one namespace alone: all slots but the reserve
+        ("a1 a2 a3 a4 a5", "", 4, 1, "a1 a2 a3"),
+        ("a1 a2", "", 4, 1, "a1 a2"),
+        # a slow tenant already holds its cap: the other tenant gets the free slots at once
+        ("a4 a5 b1 b2", "a1 a2 a3", 4, 1, "b1"),
+        ("a9 b1 b2 b3", "a1 a2 a3 a4 a5 a6 a7 a8 a9", 16, 4, "b1 b2 b3"),
+        # two tenants share fairly: round-robin, the one running fewest first
+        ("a1 a2 a3 b1 b2 b3", "", 4, 1, "a1 b1 a2 b2"),
+        ("a2 a3 b1 b2 b3", "a1", 4, 1, "b1 a2 b2"),
+        # three tenants, 16 slots: ceil(16/3) = 6 each at most
+        (" ".join(f"a{i}" for i in range(10)) + " b1 c1", "", 16, 4, "a0 b1 c1 a1 a2 a3 a4 a5"),
+        # full: nothing starts; running keys are never started twice
+        ("b1", "a1 a2 a3 b2", 4, 1, ""),
+        ("a1 b1", "a1", 4, 1, "b1"),
+        ("", "a1", 4, 1, ""),
+        # a reserve as large as the slots still lets one run
+        ("a1 a2", "", 2, 2, "a1"),
+    ],
+)
+def test_fair_pick(pending, running, slots, reserve, want):
+    assert sq.fair_pick(keys(pending), set(keys(running)), slots, reserve) == keys(want)
+
+
+def test_one_tenants_slow_pods_cannot_hold_every_slot():
+    """16 slow refreshes in namespace `slow` (pods that never answer) take 12 slots; `fast`'s objects
+    are refreshed meanwhile, and a waiting slow object takes a slot as soon as one frees."""
+
+    async def scenario():
+        clock = FakeClock()
+        q = sq.WorkQueue(5.0, clock)
+        slow = [("slow", f"s{i:02}") for i in range(16)]
+        fast = [("fast", f"f{i}") for i in range(3)]
+        index = {k: [{}] for k in slow + fast}
+        release = asyncio.Event()
+        done: list = []
+
+        async def refresh(key, _snap):
+            if key[0] == "slow":
+                await release.wait()
+            done.append(key)
+
+        c = sq.StatusController(q, index, refresh, concurrency=16, coalesce_s=0)
+        for k in slow:
+            q.activate(k)
+        started = await c.cycle()
+        assert started == slow[:12] and list(c.pending) == slow[12:]
+        for k in fast:
+            q.activate(k)
+            q.mark(k)
+        assert await c.cycle() == fast
+        await settle()
+        assert done == fast  # refreshed while every slow one still waits for its pods
+        release.set()
+        await c.drain()
+        assert sorted(done[3:]) == sorted(slow) and not c.pending and not c.in_flight
+
+    asyncio.run(scenario())
