@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import decisions
 from .flags import RuntimeFlags, add_arguments, from_sources
 from .report import PipelineReport, Reason, RuntimeReport, State, Versions
 from .sources import ConfigError
@@ -177,7 +178,17 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
     if not engine.in_process:
         _yield_to_engine()
     app.attach(engine, layout.max_position)
-    report = report.model_copy(update={"state": State.READY, "pipeline": pipeline})
+    speculative = getattr(engine, "speculative", None) or report.speculative
+    record = decisions.record(
+        asked(args),
+        engine.observed or decisions.Observed(),
+        report.versions,
+        max_position=layout.max_position,
+        speculative=speculative,
+    )
+    report = report.model_copy(
+        update={"state": State.READY, "pipeline": pipeline, "speculative": speculative, "decisions": record}
+    )
     app.set_report(report)
     p = report.pipeline
     log.info(
@@ -190,6 +201,10 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
     )
     if p.fallback:
         log.warning("FALLBACK to the legacy pipeline: %s: %s", p.reason, p.message)
+    log.info(
+        "decisions: %s",
+        "; ".join(f"{k}={d.value} ({d.source.value})" for k, d in record.items()),
+    )
     await stop_task
     if exit_code == 0:  # SIGTERM: drain (drain.py); after a fatal error every request is already answered
         await app.drain.run(lambda: runner.server.connections if runner.server else [])
@@ -197,6 +212,20 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
     await runner.cleanup()
     engine.stop()
     return exit_code, app.report
+
+
+def asked(args: RuntimeFlags) -> decisions.Asked:
+    """What the flags ask for, as the decision record compares it with what runs."""
+    kv = args.kv_cache_precision
+    return decisions.Asked(
+        device=args.device,
+        kv_cache_precision=None if not kv or kv.upper() == "AUTO" else kv,
+        inference_threads=args.inference_threads or None,
+        cache_size_gb=args.cache_size_gb,
+        enable_prefix_caching=args.enable_prefix_caching,
+        dynamic_split_fuse=args.dynamic_split_fuse,
+        max_prompt_tokens=args.max_prompt_tokens or None,
+    )
 
 
 def _yield_to_engine() -> None:

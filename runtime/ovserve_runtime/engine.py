@@ -65,8 +65,14 @@ class SchedulerOptions:
             s.dynamic_split_fuse = self.dynamic_split_fuse
         return s
 
+    def kv_precision(self) -> str | None:
+        """The asked KV-cache precision; None when unset or AUTO (the plugin and openvino-genai decide)."""
+        p = self.kv_cache_precision
+        return None if not p or p.upper() == "AUTO" else p
+
     def properties(self) -> dict[str, Any]:
-        return {"KV_CACHE_PRECISION": self.kv_cache_precision} if self.kv_cache_precision else {}
+        p = self.kv_precision()
+        return {"KV_CACHE_PRECISION": p} if p else {}
 
     def effective_max_num_seqs(self) -> int:
         """max_num_seqs as set, or openvino-genai's default."""
@@ -176,6 +182,7 @@ class Engine:
         self.is_vlm = kind in (PipelineType.VLM, PipelineType.VLM_CB)
         self.tokenizer = pipeline.get_tokenizer()
         self.token_table = None  # detok.TokenTable, built by the loader
+        self.observed = None  # decisions.Observed, read back by the loader after the smoke generation
         self.fatal: str | None = None
         self.on_fatal: Callable[[str], None] | None = None
         self._ids = itertools.count(1)
@@ -210,6 +217,10 @@ class Engine:
         return self._running
 
     def cache_usage(self) -> float | None:
+        return None
+
+    def cache_bytes(self) -> int | None:
+        """KV-cache bytes allocated (continuous batching: PipelineMetrics.cache_size_in_bytes)."""
         return None
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -358,6 +369,10 @@ class CBEngine(Engine):
     def cache_usage(self) -> float | None:
         m = self._metrics
         return None if m is None else float(m.cache_usage)
+
+    def cache_bytes(self) -> int | None:
+        m = self._metrics
+        return None if m is None else int(m.cache_size_in_bytes)
 
     def _enqueue(self, req: GenRequest) -> None:
         self._inbox.put(req)

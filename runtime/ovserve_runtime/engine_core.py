@@ -7,7 +7,7 @@ and runs the same CBEngine step loop; the HTTP process keeps only the tokenizer.
   HTTP -> core   ("add", id, [prompt ids], is_tensor, {generation config fields}, preparing)
                  ("preparing", n)  ("cancel", id)  ("stop",)  preparing, n: requests the HTTP side is still parsing
   core -> HTTP   ("ready", {eos_token_id, stop_token_ids})  or  ("init_error", message)   once, at start
-                 ("step", [(id, kind, value), ...], (waiting, running, cache_usage))      one per step
+                 ("step", [(id, kind, value), ...], (waiting, running, cache_usage, cache_bytes))  one per step
                  ("fatal", message)                                                        then it exits
 
                  ("echo",)  answering the parent's ("echo",): the hand-over point below
@@ -122,7 +122,7 @@ class _CoreEngine(CBEngine):
         out, self._out = self._out, []
         if out:
             # the pipe write releases the GIL: the receiver thread takes in new requests there
-            self.send(("step", out, (self.waiting, self.running, self.cache_usage())))
+            self.send(("step", out, (self.waiting, self.running, self.cache_usage(), self.cache_bytes())))
         else:
             time.sleep(0)  # let the receiver thread take in new requests
 
@@ -233,13 +233,14 @@ class ProcessCBEngine(Engine):
         # under load on 2 cores
         self.tokenizer = g.Tokenizer(path, INFERENCE_NUM_THREADS=1)
         self.token_table = None
+        self.observed = None
         self.fatal: str | None = None
         self.on_fatal = None
         self.loop = None
         self._lock = threading.Lock()
         self._ids = iter(range(1, 1 << 62))
         self._reqs: dict[int, GenRequest] = {}
-        self._stats: tuple[int, int, float | None] = (0, 0, None)
+        self._stats: tuple[int, int, float | None, int | None] = (0, 0, None, None)
         self._stopping = False
         self._on_loop = False  # the event loop reads the pipe (after attach)
         ctx = mp.get_context("spawn")
@@ -277,6 +278,9 @@ class ProcessCBEngine(Engine):
 
     def cache_usage(self) -> float | None:
         return self._stats[2]
+
+    def cache_bytes(self) -> int | None:
+        return self._stats[3]
 
     def start(self) -> None:
         self._reader.start()
@@ -418,7 +422,7 @@ class ProcessCBEngine(Engine):
         with self._lock:
             self.fatal = reason
             pending, self._reqs = list(self._reqs.values()), {}
-        self._stats = (0, 0, None)
+        self._stats = (0, 0, None, None)
         for req in pending:
             req.emit("error", f"pipeline failed: {reason}")
         if self.on_fatal is not None:

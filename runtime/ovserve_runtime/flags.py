@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from enum import Enum, StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from . import docblock, endpoints, sources
 from .report import PipelineType
@@ -132,8 +132,10 @@ class RuntimeFlags(BaseModel):
         None,
         Group.SCHEDULER,
         "TYPE",
-        "KV-cache element type (KV_CACHE_PRECISION), e.g. u8, f16 (the CPU plugin refuses f32 when it runs bf16 "
-        "inference: ModelLoadFailed)",
+        "KV-cache element type (KV_CACHE_PRECISION): AUTO (the plugin and openvino-genai decide), u8, u4, f16, "
+        "bf16, f32 (the CPU plugin refuses f32 when it runs bf16 inference: ModelLoadFailed); u4 needs a fixed "
+        "--cache-size-gb (openvino-genai 2026.4 corrupts memory when a u4 cache grows). What runs is measured and "
+        "reported in /v1/status decisions.kvCachePrecision",
         shown="the plugin's",
         min_length=1,
     )
@@ -230,6 +232,15 @@ class RuntimeFlags(BaseModel):
     @classmethod
     def _upper(cls, v: Any) -> Any:
         return v.upper() if isinstance(v, str) and not isinstance(v, Enum) else v
+
+    @model_validator(mode="after")
+    def _u4_fixed_cache(self) -> RuntimeFlags:
+        if (self.kv_cache_precision or "").lower() == "u4" and not self.cache_size_gb:
+            raise ValueError(
+                "--kv-cache-precision u4 needs a fixed --cache-size-gb > 0: openvino-genai 2026.4 corrupts memory "
+                "when a u4 KV cache grows on demand"
+            )
+        return self
 
     def to_args(self) -> list[str]:
         """The command line of the fields set explicitly (None = unset), in field order."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import resolve
+from . import observe, resolve
 from .detok import TokenTable
 from .engine import (
     CBEngine,
@@ -40,6 +40,7 @@ class LoadOptions:
     structural_check: bool = True
     # text CB models: the pipeline in an engine-core child process (engine_core.py), not a thread here
     engine_process: bool = True
+    observe: bool = True  # read the resolved settings back (observe.py) for the decisions record
 
 
 def available_devices() -> list[str]:
@@ -78,6 +79,7 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
             )
 
     vlm = p.kind == PipelineType.VLM
+    probed = _probe(opts, layout) if opts.observe else None
     if p.try_cb:
         predicted = resolve.structural_reason(structure) if structure is not None else None
         if predicted is not None and structure is not None and structure.pa_error:
@@ -109,7 +111,14 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
             else:
                 log.info("ContinuousBatchingPipeline constructed in %.2fs", time.perf_counter() - t)
                 report = resolve.cb_report(p)
-                return _prove(engine, report, requested), report, layout
+                _prove(engine, report, requested)
+                engine.observed = observe.observe(
+                    probed,
+                    asked_kv=opts.scheduler.kv_precision(),
+                    scheduler=observe.scheduler_values(opts.scheduler.scheduler_config()),
+                    cache_bytes=engine.cache_bytes(),
+                )
+                return engine, report, layout
         decision = resolve.after_cb_failure(p, error)
         if isinstance(decision, resolve.Refuse):
             raise LoadFailure(decision.report)
@@ -126,7 +135,23 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
         raise LoadFailure(resolve.failed_report(requested, Reason.MODEL_LOAD_FAILED, msg)) from exc
     log.info("legacy %s pipeline (SDPA) constructed in %.2fs", p.kind, time.perf_counter() - t)
     engine = LegacyEngine(pipe, p.kind)
-    return _prove(engine, report, requested), report, layout
+    _prove(engine, report, requested)
+    engine.observed = observe.observe(probed)
+    return engine, report, layout
+
+
+def _probe(opts: LoadOptions, layout: resolve.Layout) -> observe.Probe | None:
+    """The plugin's resolution for this model, device and properties (observe.py); None when it cannot be read
+    (the decisions then say unknown; serving does not depend on it)."""
+    t = time.perf_counter()
+    props = {**opts.properties, **opts.scheduler.properties()}
+    try:
+        pr = observe.probe(Path(opts.model_path) / layout.language_xml, opts.device, props)
+    except Exception as exc:
+        log.warning("could not probe the plugin's settings (%s); the decisions will say unknown", exc)
+        return None
+    log.info("probe of the plugin's settings in %.0f ms: %s", (time.perf_counter() - t) * 1000, pr)
+    return pr
 
 
 def _prove(engine: Engine, report: PipelineReport, requested: PipelineType) -> Engine:

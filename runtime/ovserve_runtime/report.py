@@ -61,6 +61,81 @@ class Versions(BaseModel):
     openvinoGenai: str = ""
 
 
+class Source(StrEnum):
+    """Where a resolved setting came from."""
+
+    REQUESTED = "requested"  # asked for (a flag / spec field) and applied as asked
+    AUTOMATIC = "automatic"  # chosen by the runtime, openvino-genai, the OpenVINO plugin or the image
+
+
+class Decision(BaseModel):
+    """One resolved setting: its value as the pipeline runs it, and whether it was asked for."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    value: str | None = Field(None, description="The resolved value as text; null: not applicable or unknown.")
+    source: Source = Source.AUTOMATIC
+    requested: str | None = Field(None, description="What was asked for, when something was.")
+    detail: str = Field("", description="How it was resolved or read, e.g. 'plugin default on this CPU'.")
+
+
+class Decisions(BaseModel):
+    """Every setting the runtime, openvino-genai or OpenVINO resolved for this serving (DESIGN.md:
+    "Every automatic decision is recorded"). Values are read back from OpenVINO where it exposes them."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    device: Decision | None = Field(None, description="The execution device (what GPU/AUTO resolved to).")
+    inferencePrecision: Decision | None = Field(None, description="INFERENCE_PRECISION_HINT as compiled.")
+    kvCachePrecision: Decision | None = Field(None, description="KV-cache element type as compiled.")
+    numStreams: Decision | None = Field(None, description="NUM_STREAMS as compiled.")
+    inferenceThreads: Decision | None = Field(None, description="INFERENCE_NUM_THREADS as compiled.")
+    kvCacheGB: Decision | None = Field(None, description="KV-cache memory in GB (continuous batching).")
+    kvCacheBlocks: Decision | None = Field(None, description="KV-cache blocks (continuous batching).")
+    prefixCaching: Decision | None = Field(None, description="Prefix caching on or off.")
+    dynamicSplitFuse: Decision | None = Field(None, description="Dynamic split-fuse on or off.")
+    cacheEviction: Decision | None = Field(None, description="KV-cache eviction (off, or its sizes).")
+    sparseAttention: Decision | None = Field(None, description="Sparse attention for prefill (off, or its mode).")
+    maxContext: Decision | None = Field(None, description="Longest prompt accepted, in tokens.")
+    speculative: Decision | None = Field(None, description="Speculative decoding mode (none, draft, promptLookup).")
+    openvino: Decision | None = Field(None, description="The OpenVINO version of the image.")
+    openvinoGenai: Decision | None = Field(None, description="The openvino-genai version of the image.")
+
+    def items(self) -> list[tuple[str, Decision]]:
+        """(name, decision) of the decisions that are set, in field order."""
+        return [(k, v) for k in type(self).model_fields if (v := getattr(self, k)) is not None]
+
+
+class SpeculativeMode(StrEnum):
+    NONE = "none"
+    DRAFT = "draft"  # a draft model proposes tokens, the main model verifies them
+    PROMPT_LOOKUP = "promptLookup"  # n-grams of the prompt propose tokens
+
+
+class SpeculativeReason(StrEnum):
+    """Why speculative decoding is what it is. Values are valid metav1.Condition reasons."""
+
+    NOT_REQUESTED = "NotRequested"
+    SPECULATING = "Speculating"  # the requested mode runs
+    DRAFT_MODEL_NOT_FOUND = "DraftModelNotFound"
+    DRAFT_MODEL_INCOMPATIBLE = "DraftModelIncompatible"  # another tokenizer or architecture
+    DRAFT_MODEL_LOAD_FAILED = "DraftModelLoadFailed"
+    NEEDS_CONTINUOUS_BATCHING = "SpeculativeNeedsContinuousBatching"  # the legacy pipeline resolved
+
+
+class SpeculativeReport(BaseModel):
+    """Speculative decoding as requested and as it runs; `fallback`: requested but serving without it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    requested: SpeculativeMode = SpeculativeMode.NONE
+    resolved: SpeculativeMode = SpeculativeMode.NONE
+    fallback: bool = False
+    required: bool = False
+    reason: SpeculativeReason = SpeculativeReason.NOT_REQUESTED
+    message: str = ""
+
+
 class RuntimeReport(BaseModel):
     """GET /v1/status. `model` is the served model name, `device` the OpenVINO device (CPU, GPU)."""
 
@@ -71,10 +146,13 @@ class RuntimeReport(BaseModel):
     device: str = "CPU"
     pipeline: PipelineReport = Field(default_factory=PipelineReport)
     versions: Versions = Field(default_factory=Versions)
+    speculative: SpeculativeReport = Field(default_factory=SpeculativeReport)
+    decisions: Decisions | None = Field(None, description="Resolved settings; null until the pipeline is loaded.")
 
     def to_line(self) -> str:
-        """One JSON line, as written to stderr and the termination-message file."""
-        return self.model_dump_json()
+        """One JSON line, as written to stderr and the termination-message file (the kubelet keeps 4 KiB of it:
+        the decisions block, served at /v1/status while ready, stays out)."""
+        return self.model_dump_json(exclude={"decisions"})
 
     @classmethod
     def from_text(cls, text: str) -> RuntimeReport | None:
@@ -91,10 +169,16 @@ class RuntimeReport(BaseModel):
 
 __all__ = [
     "CB_PIPELINES",
+    "Decision",
+    "Decisions",
     "PipelineReport",
     "PipelineType",
     "Reason",
     "RuntimeReport",
+    "Source",
+    "SpeculativeMode",
+    "SpeculativeReason",
+    "SpeculativeReport",
     "State",
     "Versions",
 ]

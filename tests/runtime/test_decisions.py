@@ -1,0 +1,65 @@
+"""The decision record on the real runtime: /v1/status `decisions` says what OpenVINO resolved, read back
+from the pipeline (the KV cache measured from the bytes it allocated), asked for or chosen."""
+
+from __future__ import annotations
+
+import pytest
+from ovserve_runtime.report import RuntimeReport
+
+
+def _decisions(server) -> dict:
+    rep = RuntimeReport.model_validate(server.status())
+    assert rep.decisions is not None
+    return rep.decisions.model_dump(mode="json")
+
+
+def test_cb_defaults_are_recorded_as_automatic(cb_server):
+    d = _decisions(cb_server)
+    assert d["device"]["value"] == "CPU" and d["device"]["source"] == "requested"
+    # the KV cache of a whole model: measured, a known element type, never the plugin's lone-op default
+    kv = d["kvCachePrecision"]
+    assert kv["source"] == "automatic" and kv["value"] in {"bf16", "f16", "u8", "f32"}
+    assert kv["detail"].startswith("measured:")
+    assert d["inferencePrecision"]["value"] in {"bf16", "f16", "f32"}
+    assert d["inferenceThreads"] == {"value": "1", "source": "requested", "requested": "1", "detail": "as asked"}
+    assert d["numStreams"]["value"] == "1"
+    assert d["kvCacheGB"]["value"] == "dynamic" and int(d["kvCacheBlocks"]["value"]) >= 1
+    assert d["prefixCaching"]["value"] == "false" and d["prefixCaching"]["source"] == "automatic"
+    assert d["dynamicSplitFuse"]["value"] == "true"
+    assert d["maxContext"] == {
+        "value": "256",
+        "source": "requested",
+        "requested": "256",
+        "detail": "--max-prompt-tokens",
+    }
+    assert d["speculative"]["value"] == "none"
+    assert d["openvino"]["value"] and d["openvinoGenai"]["value"]
+
+
+@pytest.mark.parametrize(
+    "args,precision,blocks",
+    [
+        (("--kv-cache-precision", "u8", "--enable-prefix-caching"), "u8", None),
+        (("--kv-cache-precision", "u4", "--cache-size-gb", "1"), "u4", 299592),
+    ],
+    ids=["u8", "u4-fixed"],
+)
+def test_asked_precision_is_what_runs(tiny_models, server_factory, args, precision, blocks):
+    s = server_factory(tiny_models / "tiny-llm", *args)
+    try:
+        d = _decisions(s)
+    finally:
+        s.stop()
+    assert d["kvCachePrecision"]["value"] == precision and d["kvCachePrecision"]["source"] == "requested"
+    if blocks is not None:  # 1 GB of tiny-llm's u4 blocks (3584 bytes: 2 layers, key 2x48x16 + value 2x32x32 u4)
+        assert d["kvCacheGB"]["value"] == "1" and d["kvCacheBlocks"]["value"] == str(blocks)
+    else:
+        assert d["prefixCaching"] == {"value": "true", "source": "requested", "requested": "true", "detail": "as asked"}
+
+
+def test_legacy_records_no_scheduler(legacy_server):
+    d = _decisions(legacy_server)
+    assert d["prefixCaching"]["value"] is None and "legacy" in d["prefixCaching"]["detail"]
+    assert d["kvCachePrecision"]["value"] is None and "not measured" in d["kvCachePrecision"]["detail"]
+    assert d["inferencePrecision"]["value"] in {"bf16", "f16", "f32"}
+    assert d.get("kvCacheBlocks") is None
