@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from . import (
     autoscaling_io,
+    networkpolicy,
     ownership,
     podview,
     policy,
@@ -247,8 +248,17 @@ def _apply_children(name: str, namespace: str, uid: str, spec: api.LLMServingSpe
                 raise ApplyRefused(target, error_status(e) or 0, error_text(e)) from e
             raise
         applied.append(target)
+    if CTX.settings.network_policies and not networkpolicy.wanted(spec, CTX.settings):
+        _remove_network_policy(kube, name, namespace, uid)
     autoscaling_io.sync(kube, name, namespace, uid, spec, CTX.settings.prometheus_url)  # autoscaling hook
     return applied
+
+
+def _remove_network_policy(kube: Kube, name: str, namespace: str, uid: str) -> None:
+    """spec.networkPolicy turned off: delete the one this LLMServing controls (never a namesake)."""
+    existing = kube.get("networking.k8s.io/v1", "NetworkPolicy", namespace, name)
+    if existing is not None and ownership.conflict(existing, uid) is None:
+        kube.delete("networking.k8s.io/v1", "NetworkPolicy", namespace, name, uid=existing["metadata"]["uid"])
 
 
 async def apply_children(

@@ -53,6 +53,11 @@ def violations(spec: api.LLMServingSpec, settings: Settings) -> list[str]:
             f"spec.image {spec.image} is denied: allowed runtime image overrides: {allowed} "
             "(operator setting OVSERVE_ALLOWED_IMAGES, chart value policy.allowedImages)"
         )
+    if spec.networkPolicy is not None and spec.networkPolicy.enabled and not settings.network_policies:
+        out.append(
+            "spec.networkPolicy is denied: the operator does not manage NetworkPolicies "
+            "(operator setting OVSERVE_NETWORK_POLICIES, chart value networkPolicy.enabled)"
+        )
     if not settings.allow_scheduling_passthrough:
         fields = [name for name in ("nodeSelector", "tolerations", "affinity") if getattr(spec, name)]
         if fields:

@@ -16,7 +16,7 @@ from ovserve_runtime import endpoints
 from ovserve_runtime.flags import RuntimeFlags
 from ovserve_runtime.report import PipelineType
 
-from . import resourcedefaults
+from . import networkpolicy, resourcedefaults
 from . import spec as api
 from .settings import Settings
 
@@ -359,9 +359,18 @@ def render_service(name: str, namespace: str, uid: str) -> dict:
     }
 
 
+def render_network_policy(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> dict:
+    return networkpolicy.render_network_policy(
+        name, spec, settings, _metadata(name, namespace, uid), selector_labels(name)
+    )
+
+
 def render(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> list[dict]:
-    """All desired child objects, in apply order."""
-    return [render_service(name, namespace, uid), render_deployment(name, namespace, uid, spec, settings)]
+    """All desired child objects, in apply order (the NetworkPolicy first: no pod without it)."""
+    objs = [render_service(name, namespace, uid), render_deployment(name, namespace, uid, spec, settings)]
+    if networkpolicy.wanted(spec, settings):
+        objs.insert(0, render_network_policy(name, namespace, uid, spec, settings))
+    return objs
 
 
 __all__ = [
@@ -376,6 +385,7 @@ __all__ = [
     "pod_template",
     "render",
     "render_deployment",
+    "render_network_policy",
     "render_service",
     "runtime_args",
     "selector_labels",

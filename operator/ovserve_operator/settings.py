@@ -52,7 +52,13 @@ def _env(default: Any, env: str | tuple[str, ...] | None, doc: str, *, shown: st
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 LIST_FIELDS = ("watch_namespaces", "allowed_images", "gpu_supplemental_groups")  # comma lists; empty = none
 # an empty variable sets these (to none), not unset
-EMPTY_MEANS_NONE = (*LIST_FIELDS, "gpu_node_selector", "default_cpu_request", "default_memory_request")
+EMPTY_MEANS_NONE = (
+    *LIST_FIELDS,
+    "gpu_node_selector",
+    "operator_pod_labels",
+    "default_cpu_request",
+    "default_memory_request",
+)
 
 
 class Settings(BaseModel):
@@ -136,6 +142,26 @@ class Settings(BaseModel):
         "OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH",
         "tenant policy: pass `spec.nodeSelector` / `spec.tolerations` / `spec.affinity` to runtime pods",
     )
+    network_policies: bool = _env(
+        False,
+        "OVSERVE_NETWORK_POLICIES",
+        "the operator may manage a NetworkPolicy per LLMServing (`spec.networkPolicy`; needs RBAC on "
+        "networkpolicies, chart `networkPolicy.enabled`); off: a spec asking for one reads `PolicyDenied`",
+    )
+    network_policy_default: bool = _env(
+        False,
+        "OVSERVE_NETWORK_POLICY_DEFAULT",
+        "LLMServings without `spec.networkPolicy` get one too (same-namespace pods and the operator only)",
+    )
+    operator_namespace: str = _env(
+        "", "POD_NAMESPACE", "the operator's namespace: NetworkPolicies admit the operator from it", shown="none"
+    )
+    operator_pod_labels: dict[str, str] = _env(
+        dict,
+        "OVSERVE_OPERATOR_POD_LABELS",
+        "comma list of `k=v` of the operator pods, for NetworkPolicies; empty = any pod of its namespace",
+        shown="none",
+    )
     leader_election: bool = _env(True, "OVSERVE_LEADER_ELECTION", "act only while holding the Lease")
     lease_namespace: str = _env(
         "default",
@@ -203,7 +229,7 @@ class Settings(BaseModel):
     def _comma_list(cls, v: Any) -> Any:
         return tuple(_list(v)) if isinstance(v, str) else v
 
-    @field_validator("gpu_node_selector", mode="before")
+    @field_validator("gpu_node_selector", "operator_pod_labels", mode="before")
     @classmethod
     def _selector(cls, v: Any) -> Any:
         return parse_selector(v) if isinstance(v, str) else v
@@ -228,6 +254,8 @@ class Settings(BaseModel):
                 f"OVSERVE_HF_ENDPOINT {self.hf_endpoint} is plain http: Hub tokens and models would travel "
                 "unencrypted; set OVSERVE_HF_ALLOW_HTTP=true only for a mirror you trust"
             )
+        if self.network_policy_default and not self.network_policies:
+            raise ValueError("OVSERVE_NETWORK_POLICY_DEFAULT needs OVSERVE_NETWORK_POLICIES (the RBAC to manage them)")
         if not (self.retry_period_s < self.renew_deadline_s < self.lease_duration_s):
             raise ValueError(
                 "leader election needs retry period < renew deadline < lease duration, got "

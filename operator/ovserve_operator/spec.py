@@ -352,6 +352,27 @@ class ServingConfig(_Strict):
     )
 
 
+NAMESPACE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class NetworkPolicyConfig(_Strict):
+    """A NetworkPolicy for the runtime pods: ingress to port 8000 only from the peers below and the
+    operator (it reads each pod's /v1/status); every other ingress to the pods is denied."""
+
+    enabled: bool = Field(
+        True, description="Render the NetworkPolicy (false: none, even when the operator's default is on)."
+    )
+    allowSameNamespace: bool = Field(True, description="Allow every pod of the LLMServing's own namespace.")
+    allowedNamespaces: list[Annotated[str, StringConstraints(pattern=NAMESPACE_NAME_PATTERN, max_length=63)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Namespaces (by name) whose pods may connect, e.g. the ingress controller's, Prometheus'.",
+    )
+    allowedNamespaceLabels: dict[str, str] | None = Field(
+        None, description="Also namespaces with these labels (a namespaceSelector's matchLabels), e.g. a team label."
+    )
+
+
 class LLMServingSpec(_Strict):
     """Desired state of an LLMServing: a model served by the ovserve runtime (OpenVINO GenAI)."""
 
@@ -391,6 +412,11 @@ class LLMServingSpec(_Strict):
     image: str | None = Field(None, min_length=1, description="Runtime image override (default: operator setting).")
     scheduler: SchedulerConfig | None = Field(None, description="Continuous-batching scheduler settings.")
     serving: ServingConfig | None = Field(None, description="Request handling: admission bound.")
+    networkPolicy: NetworkPolicyConfig | None = Field(
+        None,
+        description="A NetworkPolicy limiting who may reach the API (port 8000). Default: the operator setting "
+        "OVSERVE_NETWORK_POLICY_DEFAULT (chart networkPolicy.default); needs OVSERVE_NETWORK_POLICIES.",
+    )
     rollout: Rollout | None = Field(
         None,
         description="How spec changes replace the runtime pods. Default: device-aware (CPU surge 1, GPU "
@@ -549,6 +575,7 @@ __all__ = [
     "LLMServingSpec",
     "LLMServingStatus",
     "ModelSource",
+    "NetworkPolicyConfig",
     "PVCSource",
     "Phase",
     "PipelineStatus",

@@ -190,6 +190,34 @@ def test_leader_election_off_means_one_replica_recreate(tmp_path):
     assert container_env(dep)["OVSERVE_LEADER_ELECTION"] == "false"
 
 
+def test_runtime_defaults_reach_the_operator(tmp_path):
+    env = container_env(one(render({}, tmp_path), "Deployment"))
+    assert env["OVSERVE_DEFAULT_CPU_REQUEST"] == "100m" and env["OVSERVE_DEFAULT_MEMORY_REQUEST"] == "1Gi"
+    assert env["OVSERVE_HF_DOWNLOAD_SIZE_LIMIT"] == "20Gi"
+    assert "OVSERVE_NETWORK_POLICIES" not in env
+    values = {
+        "runtime": {"defaultRequests": {"cpu": "", "memory": "2Gi"}},
+        "huggingFace": {"downloadSizeLimit": "50Gi"},
+    }
+    env = container_env(one(render(values, tmp_path), "Deployment"))
+    assert env["OVSERVE_DEFAULT_CPU_REQUEST"] == "" and env["OVSERVE_DEFAULT_MEMORY_REQUEST"] == "2Gi"
+    assert env["OVSERVE_HF_DOWNLOAD_SIZE_LIMIT"] == "50Gi"
+
+
+def test_network_policies_grant_exactly_their_rbac(tmp_path):
+    docs = render({"networkPolicy": {"enabled": True, "default": True}}, tmp_path)
+    extra = {k: v for k, v in rbac_table(docs).items() if k not in EXPECTED_RBAC}
+    assert extra == {("cluster", "networking.k8s.io", "networkpolicies"): {"get", "create", "patch", "delete"}}
+    env = container_env(one(docs, "Deployment"))
+    assert env["OVSERVE_NETWORK_POLICIES"] == "true" and env["OVSERVE_NETWORK_POLICY_DEFAULT"] == "true"
+    # the NetworkPolicies admit the operator by its pod labels, from its namespace (POD_NAMESPACE)
+    assert env["OVSERVE_OPERATOR_POD_LABELS"] == (
+        "app.kubernetes.io/name=ovserve,app.kubernetes.io/instance=ovs,app.kubernetes.io/component=operator"
+    )
+    proc = helm(*template_args({"networkPolicy": {"default": True}}, tmp_path), check=False)
+    assert proc.returncode != 0 and "networkPolicy.default=true needs networkPolicy.enabled=true" in proc.stderr
+
+
 def test_two_replicas_without_leader_election_are_refused(tmp_path):
     proc = helm(*template_args({"leaderElection": {"enabled": False}}, tmp_path), check=False)
     assert proc.returncode != 0
@@ -265,6 +293,9 @@ BAD_VALUES = [
     ({"policy": {"allowHostPath": "yes"}}, "allowHostPath"),
     ({"policy": {"allowedImages": "registry.example/"}}, "allowedImages"),
     ({"huggingFace": {"endpoint": "hub.example"}}, "endpoint"),
+    ({"huggingFace": {"downloadSizeLimit": "lots"}}, "downloadSizeLimit"),
+    ({"runtime": {"defaultRequests": {"memory": "1 GB"}}}, "memory"),
+    ({"networkPolicy": {"enabled": "yes"}}, "enabled"),
 ]
 
 

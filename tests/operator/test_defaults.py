@@ -102,3 +102,39 @@ def test_node_selector_is_gated_by_scheduling_passthrough(cluster, start_operato
     )
     assert "spec.nodeSelector" in ready["message"] and "OVSERVE_ALLOW_SCHEDULING_PASSTHROUGH" in ready["message"]
     assert cluster.get("deployment", "pinned", namespace) is None  # nothing rendered with the field dropped
+
+
+def test_network_policy_follows_the_spec(cluster, start_operator, namespace):
+    op = start_operator(
+        "op-netpol",
+        OVSERVE_NETWORK_POLICIES="true",
+        POD_NAMESPACE="ovserve-system",
+        OVSERVE_OPERATOR_POD_LABELS="app.kubernetes.io/component=operator",
+    )
+    cluster.wait_for(lambda: (op.health() or {}).get("kopf") or not op.alive(), 60, "operator leader")
+    assert op.alive(), op.logs()
+    spec = {"model": UNSTARTED, "nodeSelector": NOWHERE, "networkPolicy": {"allowedNamespaces": ["monitoring"]}}
+    cluster.apply(llms("fenced", spec), namespace)
+    np = cluster.wait_for(lambda: cluster.get("networkpolicy", "fenced", namespace), 60, "the NetworkPolicy")
+    llm = cluster.get("llmserving", "fenced", namespace)
+    assert np["metadata"]["ownerReferences"][0]["uid"] == llm["metadata"]["uid"]
+    assert np["spec"]["podSelector"]["matchLabels"] == {
+        "ovserve.dev/llmserving": "fenced",
+        "app.kubernetes.io/component": "runtime",
+    }
+    (rule,) = np["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+    name = "kubernetes.io/metadata.name"
+    assert rule["from"] == [
+        {"podSelector": {}},
+        {"namespaceSelector": {"matchExpressions": [{"key": name, "operator": "In", "values": ["monitoring"]}]}},
+        {
+            "namespaceSelector": {"matchLabels": {name: "ovserve-system"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/component": "operator"}},
+        },
+    ]
+    # turned off: the operator deletes the one it made
+    patch = {"spec": {"networkPolicy": {"enabled": False}}}
+    cluster.kubectl("patch", "llmserving", "fenced", "-n", namespace, "--type=merge", "-p", json.dumps(patch))
+    cluster.wait_for(lambda: cluster.get("networkpolicy", "fenced", namespace) is None, 60, "the NetworkPolicy gone")
+    assert cluster.get("deployment", "fenced", namespace) is not None

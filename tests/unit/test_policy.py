@@ -62,6 +62,9 @@ def test_image_allowed(image, allowed, ok):
             ["spec.tolerations and spec.affinity denied"],
         ),
         ({"nodeSelector": {"pool": "a100"}}, Settings(), []),
+        ({"networkPolicy": {}}, Settings(), ["OVSERVE_NETWORK_POLICIES"]),
+        ({"networkPolicy": {"enabled": False}}, Settings(), []),
+        ({"networkPolicy": {}}, Settings(network_policies=True), []),
         (
             {"nodeSelector": {"pool": "a100"}},
             Settings(allow_scheduling_passthrough=False),

@@ -385,3 +385,65 @@ def test_memory_format_rounds_up(n, text):
 def test_served_name_that_reads_as_a_flag_is_refused(served):
     with pytest.raises(ValueError, match="servedName"):
         api.parse_spec({"model": {**HOST, "servedName": served}})
+
+
+NP_ON = Settings(network_policies=True, operator_namespace="ovserve-system", operator_pod_labels={"app": "op"})
+SAME_NS = {"podSelector": {}}
+OPERATOR = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ovserve-system"}},
+    "podSelector": {"matchLabels": {"app": "op"}},
+}
+
+
+@pytest.mark.parametrize(
+    "spec,settings,sources",
+    [
+        ({}, NP_ON, None),  # not asked for, no default: none
+        ({}, NP_ON.replace(network_policy_default=True), [SAME_NS, OPERATOR]),
+        ({"networkPolicy": {"enabled": False}}, NP_ON.replace(network_policy_default=True), None),
+        ({"networkPolicy": {}}, NP_ON, [SAME_NS, OPERATOR]),
+        (
+            {"networkPolicy": {"allowedNamespaces": ["ingress", "monitoring", "ingress"], "allowSameNamespace": False}},
+            NP_ON,
+            [
+                {
+                    "namespaceSelector": {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/metadata.name",
+                                "operator": "In",
+                                "values": ["ingress", "monitoring"],
+                            }
+                        ]
+                    }
+                },
+                OPERATOR,
+            ],
+        ),
+        (
+            {"networkPolicy": {"allowedNamespaceLabels": {"team": "a"}}},
+            NP_ON.replace(operator_pod_labels={}),
+            [
+                SAME_NS,
+                {"namespaceSelector": {"matchLabels": {"team": "a"}}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ovserve-system"}}},
+            ],
+        ),
+        # nobody allowed at all: no rule, i.e. every ingress denied (an empty `from` would admit everyone)
+        ({"networkPolicy": {"allowSameNamespace": False}}, NP_ON.replace(operator_namespace=""), []),
+    ],
+)
+def test_network_policy(spec, settings, sources):
+    typed = api.parse_spec({"model": HOST, **spec})
+    objs = render.render("llm", "ns", "uid-1", typed, settings)
+    nps = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    if sources is None:
+        assert not nps
+        return
+    assert objs[0] is nps[0]  # applied before the pods exist
+    np = nps[0]
+    assert np["metadata"]["ownerReferences"][0]["uid"] == "uid-1" and np["metadata"]["name"] == "llm"
+    assert np["spec"]["podSelector"] == {"matchLabels": render.selector_labels("llm")}
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    want = [{"from": sources, "ports": [{"protocol": "TCP", "port": 8000}]}] if sources else []
+    assert np["spec"]["ingress"] == want

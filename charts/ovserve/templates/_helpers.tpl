@@ -74,6 +74,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail "replicaCount > 1 needs leaderElection.enabled=true: without a Lease every replica would reconcile (kopf peering is not leader election)" -}}
 {{- end -}}
+{{- if and .Values.networkPolicy.default (not .Values.networkPolicy.enabled) -}}
+{{- fail "networkPolicy.default=true needs networkPolicy.enabled=true (the operator's permission to manage NetworkPolicies)" -}}
+{{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
 {{- fail "metrics.serviceMonitor.enabled=true needs the Prometheus Operator (monitoring.coreos.com/v1 ServiceMonitor) in the cluster" -}}
 {{- end -}}
