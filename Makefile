@@ -37,6 +37,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 models:
 	hack/models/build.sh
+	hack/models/chat/build.sh
 
 up:
 	hack/cluster.sh up

@@ -127,6 +127,8 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
         "kv_cache_precision": str(sched.kvCachePrecision) if sched.kvCachePrecision is not None else None,
         "max_queued_requests": serving.maxQueuedRequests,
         "stream_interval_ms": serving.streamIntervalMs,
+        "tool_parser": serving.toolParser,
+        "reasoning_parser": serving.reasoningParser,
     }
     return RuntimeFlags(**{k: v for k, v in given.items() if v is not None})
 

@@ -350,6 +350,19 @@ class ServingConfig(_Strict):
         "faster than 1000/streamIntervalMs tokens per second (small models), nothing held below that; the first "
         "token is never held. 0: a chunk per engine step. Default: the runtime's (10).",
     )
+    toolParser: flags.ToolParser | None = Field(
+        None,
+        description="How tool calls are read from the model's output. AUTO (the runtime's default) picks the "
+        "family the chat template writes: hermes (<tool_call> JSON: Hermes, Qwen2.5, Qwen3), llama3_json or "
+        "llama3_pythonic; none when the template renders no tools. none: requests with tools get 400. The "
+        "choice is reported in status.",
+    )
+    reasoningParser: flags.ReasoningParser | None = Field(
+        None,
+        description="How reasoning is split off the output into reasoning_content. AUTO (the runtime's default) "
+        "picks qwen3 (a <think> block) when the chat template writes <think>, deepseek_r1 (the output starts in "
+        "the reasoning) when it strips </think> only, else none. none: all output is content.",
+    )
 
 
 NAMESPACE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

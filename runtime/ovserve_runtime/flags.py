@@ -31,6 +31,25 @@ class Group(StrEnum):
     SERVER = "server"
 
 
+class ToolParser(StrEnum):
+    """How tool calls are read from the output (openai/tools.py): a model family's format."""
+
+    AUTO = "AUTO"
+    HERMES = "hermes"
+    LLAMA3_JSON = "llama3_json"
+    LLAMA3_PYTHONIC = "llama3_pythonic"
+    NONE = "none"
+
+
+class ReasoningParser(StrEnum):
+    """How reasoning is split off the output (openai/reasoning.py)."""
+
+    AUTO = "AUTO"
+    QWEN3 = "qwen3"
+    DEEPSEEK_R1 = "deepseek_r1"
+    NONE = "none"
+
+
 def _flag(default: Any, group: Group, metavar: str, doc: str, *, shown: str | None = None, **constraints: Any) -> Any:
     """A field that is a flag. `doc` is its --help and docs text; `shown` the default as the docs say it
     (when the value alone would not explain it, e.g. None = openvino-genai's choice)."""
@@ -227,6 +246,31 @@ class RuntimeFlags(BaseModel):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = _flag(
         "INFO", Group.SERVER, "LEVEL", "logging to stderr: DEBUG, INFO, WARNING or ERROR"
     )
+
+    tool_parser: ToolParser = _flag(
+        ToolParser.AUTO,
+        Group.SERVER,
+        "NAME",
+        "how tool calls are read from the model's output: AUTO picks the family the chat template writes "
+        "(hermes for <tool_call> JSON as Qwen2.5/Qwen3, llama3_json, llama3_pythonic) and none when it renders no "
+        "tools or in a format not parsed here; none: requests with tools get 400 (docs/runtime.md: Tool calling)",
+    )
+    reasoning_parser: ReasoningParser = _flag(
+        ReasoningParser.AUTO,
+        Group.SERVER,
+        "NAME",
+        "how reasoning is split off into reasoning_content: AUTO picks qwen3 when the chat template writes "
+        "<think> and deepseek_r1 when it only strips </think>, else none; qwen3: a <think> block that opens the "
+        "output (or that the prompt opens); deepseek_r1: the output starts inside it; none: all output is content",
+    )
+
+    @field_validator("tool_parser", "reasoning_parser", mode="before")
+    @classmethod
+    def _parser_name(cls, v: Any) -> Any:
+        if isinstance(v, str) and not isinstance(v, Enum):
+            v = v.strip()
+            return "AUTO" if v.upper() == "AUTO" else v.lower()
+        return v
 
     @field_validator("pipeline_type", "device", "log_level", mode="before")
     @classmethod

@@ -48,6 +48,8 @@ def test_help_names_every_flag_and_its_environment_twin():
             "scheduler": {"enablePrefixCaching": False, "dynamicSplitFuse": True},
             "serving": {"streamIntervalMs": 1000},
         },
+        {"model": HOST, "serving": {"toolParser": "llama3_pythonic", "reasoningParser": "none"}},
+        {"model": HOST, "serving": {"toolParser": "AUTO", "reasoningParser": "deepseek_r1"}},
     ],
 )
 def test_what_the_operator_renders_the_runtime_parses_back(spec):
@@ -76,6 +78,11 @@ def test_what_the_operator_renders_the_runtime_parses_back(spec):
         ((), {"OVSERVE_STREAM_INTERVAL_MS": " 2.5 "}, "stream_interval_ms", 2.5),
         (("--drain-timeout-seconds", "0.2"), {}, "drain_timeout_seconds", 0.2),
         (("--log-level", "debug"), {}, "log_level", "DEBUG"),
+        ((), {}, "tool_parser", flags.ToolParser.AUTO),
+        (("--tool-parser", "auto"), {}, "tool_parser", flags.ToolParser.AUTO),
+        ((), {"OVSERVE_TOOL_PARSER": "Hermes"}, "tool_parser", flags.ToolParser.HERMES),
+        (("--reasoning-parser", "NONE"), {}, "reasoning_parser", flags.ReasoningParser.NONE),
+        ((), {"OVSERVE_REASONING_PARSER": " qwen3 "}, "reasoning_parser", flags.ReasoningParser.QWEN3),
     ],
 )
 def test_a_flag_wins_over_its_environment_twin(argv, env, field, value):
@@ -115,6 +122,8 @@ def test_a_flag_wins_over_its_environment_twin(argv, env, field, value):
         (("--pipeline-type", "CB"), {}, "argument --pipeline-type: input should be 'AUTO', 'LM', 'LM_CB', 'VLM' or"),
         (("--log-level", "loud"), {}, "argument --log-level: input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
         (("--drain-timeout-seconds", "inf"), {}, "argument --drain-timeout-seconds: input should be a finite number"),
+        (("--tool-parser", "mistral"), {}, "argument --tool-parser: input should be 'AUTO', 'hermes', 'llama3_json',"),
+        ((), {"OVSERVE_REASONING_PARSER": "hermes"}, "OVSERVE_REASONING_PARSER='hermes': input should be 'AUTO',"),
     ],
 )
 def test_refused_values_are_usage_errors_naming_flag_or_variable(argv, env, message, capsys):
@@ -183,3 +192,10 @@ def test_the_server_and_the_scheduler_take_every_value_of_their_flags():
     assert (cfg.served_name, cfg.max_images, cfg.prepare_threads) == ("m", 3, 2)
     assert (cfg.stream_interval_s, cfg.drain_timeout_s) == (0.02, 5.0)
     assert ServerConfig.from_flags(RuntimeFlags(), "m") == ServerConfig(served_name="m")
+
+
+def test_the_parser_flags_name_exactly_the_parsers_the_runtime_has():
+    from ovserve_runtime.openai import reasoning, tools
+
+    assert {p.value for p in flags.ToolParser} - {"AUTO", "none"} == set(tools.PARSERS)
+    assert {p.value for p in flags.ReasoningParser} - {"AUTO", "none"} == set(reasoning.PARSERS)
