@@ -180,6 +180,19 @@ PIPELINE_FALLBACK_EVENT = _r(
     "PipelineFallback", "Event", None, "Warning: Fallback became True (AUTO runs the legacy pipeline)"
 )
 READY_EVENT = _r("Ready", "Event", None, "Normal: Ready became True")
+DECISIONS_DIFFER_EVENT = _r(
+    "DecisionsDiffer",
+    "Event",
+    None,
+    "Warning: pods of the current spec resolved a setting differently (status.decisionsDiffer names them)",
+)
+DECISION_CHANGED_EVENT = _r(
+    "DecisionChanged",
+    "Event",
+    None,
+    "Warning: a resolved setting in status.decisions changed while what was asked stayed the same (an image "
+    "upgrade, another node): old -> new",
+)
 
 _ALL_RUNTIME = {r.value for r in RuntimeReason}
 assert _ALL_RUNTIME <= set(REGISTRY), _ALL_RUNTIME - set(REGISTRY)

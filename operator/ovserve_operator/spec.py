@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from ovserve_runtime import flags
-from ovserve_runtime.report import PipelineType
+from ovserve_runtime.report import Decisions, PipelineType
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 GROUP = "ovserve.dev"
@@ -543,6 +543,16 @@ class LLMServingStatus(BaseModel):
     autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state when spec.autoscaling is set.")
     resourceDefaults: ResourceDefaultsStatus | None = Field(
         None, description="Requests of the runtime container the operator defaulted; absent when the spec sets all."
+    )
+    decisions: Decisions | None = Field(
+        None,
+        description="Every setting the runtime, openvino-genai or OpenVINO resolved (KV-cache and inference "
+        "precision, threads, streams, KV-cache size and blocks, prefix caching, split-fuse, max context, device, "
+        "speculative mode, versions), each asked for (source requested) or chosen (automatic), as the current "
+        "spec's pods report it (the last record while none does); absent until one is ready.",
+    )
+    decisionsDiffer: str | None = Field(
+        None, description="Pods of the current spec that resolved settings differently, and how; absent when none."
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -14,7 +14,8 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ovserve_runtime.report import CB_PIPELINES
+from ovserve_runtime import decisions as runtime_decisions
+from ovserve_runtime.report import CB_PIPELINES, Decisions
 
 from . import podview, render
 from . import reasons as R
@@ -141,6 +142,24 @@ def previous_status(f: Facts) -> api.PreviousPods | None:
     )
 
 
+def decisions_status(f: Facts) -> tuple[Decisions | None, str | None]:
+    """status.decisions and status.decisionsDiffer: what the current spec's pods resolved (the first by name
+    that reports it speaks), and which of them resolved a setting differently with the same ask."""
+    told = sorted(
+        (p for p in f.current if p.report is not None and p.report.decisions is not None), key=lambda p: p.name
+    )
+    if not told:
+        return None, None
+    first = told[0]
+    base = first.report.decisions  # type: ignore[union-attr]
+    diffs = []
+    for other in told[1:]:
+        changed = runtime_decisions.changes(base, other.report.decisions)  # type: ignore[union-attr]
+        if changed:
+            diffs.append(f"{first.name} -> {other.name}: {', '.join(changed)}")
+    return base, "; ".join(diffs)[:4096] or None
+
+
 def _with_transition_times(
     conditions: list[api.Condition], previous: Sequence[Mapping[str, Any]] | None
 ) -> list[api.Condition]:
@@ -186,6 +205,11 @@ def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.dateti
         )
     conditions = _with_transition_times(conditions, previous.get("conditions"))
     ready = conditions[0]
+    decided, differ = decisions_status(f)
+    if decided is None and previous.get("decisions"):
+        # no current pod says (a rollout between its pods, a restart): keep the last record, so that the next
+        # pod's record is compared with it (an image upgrade that changes a default is an Event)
+        decided = Decisions.model_validate(previous["decisions"])
     typed = api.LLMServingStatus(
         observedGeneration=f.generation,
         phase=R.phase_of(ready.status.value, ready.reason),
@@ -197,6 +221,8 @@ def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.dateti
         endpoint=render.endpoint(f.name, f.namespace),
         previous=prev_pods,
         computedAt=stamp,
+        decisions=decided,
+        decisionsDiffer=differ,
         conditions=conditions,
     )
     status = typed.model_dump(mode="json")
@@ -284,6 +310,14 @@ def events_for(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[E
             events.append(Event("Normal", R.READY_EVENT, msg))
         elif reason in _WARN_READY:
             events.append(Event("Warning", reason, ready_new.get("message", "")[:1024]))
+    differ = status.get("decisionsDiffer")
+    if differ and differ != previous.get("decisionsDiffer"):
+        events.append(Event("Warning", R.DECISIONS_DIFFER_EVENT, differ[:1024]))
+    old_d, new_d = previous.get("decisions"), status.get("decisions")
+    if old_d and new_d:
+        changed = runtime_decisions.changes(Decisions.model_validate(old_d), Decisions.model_validate(new_d))
+        if changed:
+            events.append(Event("Warning", R.DECISION_CHANGED_EVENT, "; ".join(changed)[:1024]))
     if (
         res_new.get("reason") == R.PODS_DISAGREE
         and _changed(res_old, res_new)
