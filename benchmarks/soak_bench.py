@@ -14,14 +14,23 @@ The runtime is started here on loopback on a tiny model (--model, a directory or
 /var/cache/ovserve/models), or reached at --url (a pod IP; loopback and pod addresses only) with --pid for
 the RSS of its HTTP process when it runs on this machine. Exit code 1 when a figure that must be 0 is not.
 
+Short-connection mode (--short-connections N): instead of the streams, N connections that each send one
+GET (the kubelet's probes /v2/health/ready and /v2/health/live, the operator's readback /v1/status, in
+turn), read the answer and close, --short-concurrency at a time (after a warm-up of N/10). Printed: the
+RSS of the HTTP process sampled every N/20 connections and its least-squares slope in KB per connection,
+with what that slope makes of 70,000 connections a day (a pod's probes and readback). Exit code 1 when the
+slope is above --max-slope-kb (default 0.1): something is kept per connection after it ends.
+
 usage: .venv/bin/python benchmarks/soak_bench.py [--duration 180] [--streams 256] [--model tiny-llm]
          [--url http://POD_IP:8000 [--pid PID]] [--max-tokens 64] [--seed 0]
+       .venv/bin/python benchmarks/soak_bench.py --short-connections 20000 [--short-concurrency 8]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -243,6 +252,89 @@ class Soak:
             self.samples.append((time.monotonic() - t0, [rss_kib(p) for p in self.pids]))
 
 
+SHORT_PATHS = ("/v2/health/ready", "/v2/health/live", "/v1/status")  # probes and the operator's readback
+CONNECTIONS_PER_DAY = 70_000  # a pod: kubelet probes every few seconds plus the operator's readback
+
+
+async def one_short_connection(host: str, port: int, path: str) -> int:
+    """One connection, one GET, the whole answer read, closed by the client; the status code."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: */*\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        await reader.readexactly(length)
+        return int(head.split(b" ", 2)[1])
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def short_connections(url: str, count: int, concurrency: int, pid: int | None, samples: int = 20):
+    """`count` short connections; (connections made, RSS KiB) sampled every count/samples, and the statuses."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    started = finished = 0
+    statuses: Counter[int] = Counter()
+    points: list[tuple[int, int]] = []
+    every = max(1, count // samples)
+
+    async def worker() -> None:
+        nonlocal started, finished
+        while started < count:
+            i = started
+            started += 1
+            try:
+                statuses[await one_short_connection(host, int(port), SHORT_PATHS[i % len(SHORT_PATHS)])] += 1
+            except (OSError, asyncio.IncompleteReadError, ValueError):
+                statuses[0] += 1
+            finished += 1
+            if finished % every == 0 and (k := rss_kib(pid)) is not None:
+                points.append((finished, k))
+
+    if (k := rss_kib(pid)) is not None:
+        points.append((0, k))
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return points, statuses
+
+
+def slope(points: list[tuple[int, int]]) -> float:
+    """Least-squares slope of RSS (KiB) over connections: KiB per connection."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
+
+
+def short_mode(url: str, pid: int | None, args: argparse.Namespace) -> int:
+    if pid is None:
+        raise SystemExit("--short-connections measures the RSS of the HTTP process: start it here or pass --pid")
+    asyncio.run(short_connections(url, max(1, args.short_connections // 10), args.short_concurrency, None))
+    print(
+        f"short connections: {url}, {args.short_connections} connections ({', '.join(SHORT_PATHS)} in turn), "
+        f"{args.short_concurrency} at a time, after a warm-up of {max(1, args.short_connections // 10)}"
+    )
+    t0 = time.monotonic()
+    points, statuses = asyncio.run(short_connections(url, args.short_connections, args.short_concurrency, pid))
+    elapsed = time.monotonic() - t0
+    kib = slope(points)
+    print(f"connections: {args.short_connections} in {elapsed:.0f}s ({args.short_connections / elapsed:.0f}/s)")
+    print(f"statuses: {dict(sorted(statuses.items()))} (0: the connection failed)")
+    print("RSS HTTP process (connections: MiB): " + ", ".join(f"{x}: {y / 1024:.1f}" for x, y in points))
+    print(
+        f"RSS slope: {kib * 1024 / 1000:.3f} KB per connection, {points[0][1] / 1024:.1f} -> "
+        f"{points[-1][1] / 1024:.1f} MiB; at {CONNECTIONS_PER_DAY} connections a day: "
+        f"{kib * CONNECTIONS_PER_DAY / 1024:.1f} MiB a day"
+    )
+    failed = statuses[0] + sum(v for k, v in statuses.items() if k != 200 and k != 0)
+    return 1 if failed or kib * 1024 / 1000 > args.max_slope_kb else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny-llm", help="model directory or name under $OVSERVE_MODELS")
@@ -258,6 +350,9 @@ def main() -> int:
     ap.add_argument("--request-timeout", type=float, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runtime-arg", action="append", default=[], help="extra ovserve-runtime argument (repeat)")
+    ap.add_argument("--short-connections", type=int, default=0, help="short-connection mode: this many connections")
+    ap.add_argument("--short-concurrency", type=int, default=8, help="short connections open at once (default 8)")
+    ap.add_argument("--max-slope-kb", type=float, default=0.1, help="short mode: exit 1 above this KB/connection")
     args = ap.parse_args()
     if args.url and not args.url.startswith("http://"):
         raise SystemExit("--url: http://HOST:PORT (loopback or a pod IP)")
@@ -283,6 +378,8 @@ def main() -> int:
         if not served:
             with urllib.request.urlopen(url + "/v3/models", timeout=10) as r:
                 served = json.loads(r.read())["data"][0]["id"]
+        if args.short_connections:
+            return short_mode(url, pid, args)
         child = engine_child(pid)
         soak = Soak(url, args, served, (pid, child))
         # warm-up at full concurrency, so that "before" is the serving footprint (the KV cache grown to the
