@@ -37,6 +37,7 @@ from . import (
     reasons,
     render,
     resourcedefaults,
+    rolloutbudget,
     status,
     statusqueue,
 )
@@ -68,6 +69,7 @@ class _Context:
         self.memories = statusqueue.Memories(self.settings.readback_grace_s)
         self.task: asyncio.Task | None = None
         self.events_forbidden = False  # RBAC without `list events`: stop asking, say it once
+        self.budget = rolloutbudget.RolloutBudget(self.settings.rollout_budget, self.settings.rollout_budget_timeout_s)
 
 
 CTX = _Context()
@@ -77,6 +79,7 @@ def configure(settings: Settings, kube: Kube, health: HealthState) -> None:
     CTX.settings, CTX.kube, CTX.health = settings, kube, health
     CTX.queue = statusqueue.WorkQueue(settings.status_interval_s)
     CTX.memories = statusqueue.Memories(settings.readback_grace_s)
+    CTX.budget = rolloutbudget.RolloutBudget(settings.rollout_budget, settings.rollout_budget_timeout_s)
 
 
 def _kube() -> Kube:
@@ -213,6 +216,7 @@ async def _cleanup(**_: Any) -> None:
 def _forget(key: statusqueue.Key) -> None:
     """A deleted LLMServing: drop what the controller and the autoscaling hook remember of it."""
     CTX.memories.forget(key)
+    CTX.budget.forget(key)
     autoscaling_io.forget(*key)
 
 
@@ -228,16 +232,21 @@ class ApplyRefused(Exception):
         self.target, self.code, self.message, self.reason = target, code, message, reason
 
 
-def _apply_children(name: str, namespace: str, uid: str, spec: api.LLMServingSpec) -> list[str]:
+def _apply_children(
+    name: str, namespace: str, uid: str, spec: api.LLMServingSpec, generation: int | None = None
+) -> list[str]:
     kube = _kube()
     if denied := policy.violations(spec, CTX.settings):
         raise ApplyRefused("spec", 0, "; ".join(denied), reasons.POLICY_DENIED)
     objs = render.render(name, namespace, uid, spec, CTX.settings)
+    live: dict[str, dict[str, Any] | None] = {}
     for obj in objs:  # all checked before any is written: no half-applied takeover
         meta = obj["metadata"]
         existing = kube.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         if why := ownership.conflict(existing, uid):
             raise ApplyRefused(f"{obj['kind']}/{meta['name']}", 409, why, reasons.NAME_CONFLICT)
+        live[obj["kind"]] = existing
+    objs = _within_rollout_budget((namespace, name), objs, live.get("Deployment"), generation)
     applied = []
     for obj in objs:
         target = f"{obj['kind']}/{obj['metadata']['name']}"
@@ -254,6 +263,23 @@ def _apply_children(name: str, namespace: str, uid: str, spec: api.LLMServingSpe
     return applied
 
 
+def _within_rollout_budget(
+    key: statusqueue.Key, objs: list[dict[str, Any]], live: dict[str, Any] | None, generation: int | None
+) -> list[dict[str, Any]]:
+    """The children to apply: without the Deployment when an operator change of its pod template waits for
+    a rollout slot (rolloutbudget.py). The Deployment records the generation it was rendered from."""
+    deployment = next(o for o in objs if o["kind"] == "Deployment")
+    if generation is not None:
+        deployment["metadata"]["annotations"][rolloutbudget.ANNOTATION_GENERATION] = str(generation)
+    desired = deployment["metadata"]["annotations"][render.ANNOTATION_TEMPLATE_HASH]
+    decision = CTX.budget.decide(key, rolloutbudget.Live.of(live, render.ANNOTATION_TEMPLATE_HASH), desired, generation)
+    if decision == rolloutbudget.Decision.HELD:
+        return [o for o in objs if o is not deployment]
+    if decision == rolloutbudget.Decision.GRANTED:
+        log.info("%s/%s: operator change of the pod template: rolling (a rollout slot)", *key)
+    return objs
+
+
 def _remove_network_policy(kube: Kube, name: str, namespace: str, uid: str) -> None:
     """spec.networkPolicy turned off: delete the one this LLMServing controls (never a namesake)."""
     existing = kube.get("networking.k8s.io/v1", "NetworkPolicy", namespace, name)
@@ -267,7 +293,7 @@ async def apply_children(
     """Apply in a thread; remember the outcome for the status (a refusal with its generation)."""
     memory = CTX.memories[(namespace, name)]
     try:
-        applied = await asyncio.to_thread(_apply_children, name, namespace, uid, spec)
+        applied = await asyncio.to_thread(_apply_children, name, namespace, uid, spec, generation)
     except ApplyRefused as e:
         memory.apply_error = ApplyError(generation, e.code, e.target, e.message, e.reason)
         raise
@@ -391,9 +417,11 @@ async def refresh(
             now=now,
         )
     else:
-        desired_hash = render.pod_template(name, typed, CTX.settings)["metadata"]["annotations"][
+        rendered_hash = render.pod_template(name, typed, CTX.settings)["metadata"]["annotations"][
             render.ANNOTATION_TEMPLATE_HASH
         ]
+        # held back by the rollout budget: the live template is the current one
+        desired_hash = CTX.budget.held_hash(key, rendered_hash) or rendered_hash
         pods = list(pods_index.get(key, [])) if pods_index is not None else []
         deployed = list(deployments_index.get(key, [])) if deployments_index is not None else []
         readings = await readback.read_reports(pods, timeout=CTX.settings.status_http_timeout_s)
@@ -427,8 +455,18 @@ async def refresh(
         )
         if (applied_defaults := resourcedefaults.defaults(typed, CTX.settings).status()) is not None:
             result.status["resourceDefaults"] = applied_defaults
+        if (
+            CTX.budget.granted(key)
+            and deployed
+            and deployed[0]["hash"] == rendered_hash
+            and rolloutbudget.rollout_done(result.status, typed.replicas)
+        ):
+            CTX.budget.finished(key)
+        if (rollout := CTX.budget.status(key)) is not None:
+            result.status["rollout"] = rollout
         # Children drifted (deleted or edited by hand) or missing: re-apply, at most every 30 s.
         drifted = not deployed or deployed[0]["hash"] != desired_hash
+        drifted = drifted or (desired_hash != rendered_hash and CTX.budget.free())  # held: a slot freed
         if statusqueue.reapply_due(memory, drifted, time.monotonic(), REAPPLY_AFTER_S, generation):
             logger.info(
                 "%s/%s: children missing or outdated (deployment hash %s, want %s): re-applying",

@@ -127,6 +127,21 @@ class Settings(BaseModel):
         "model, plus `scheduler.cacheSizeGB` on CPU; empty = none",
         pattern=f"^$|{MEMORY_PATTERN}",
     )
+    # Operator upgrades (rolloutbudget.py): template changes that do not come from a spec roll a few at a time.
+    rollout_budget: int = _env(
+        2,
+        "OVSERVE_ROLLOUT_BUDGET",
+        "LLMServings whose pods roll at once because the operator (an upgrade, a setting), not their spec, "
+        "changed their pod template; the others keep their pods until a slot frees (`status.rollout`); 0 = only "
+        "at their next spec change",
+        ge=0,
+    )
+    rollout_budget_timeout_s: Seconds = _env(
+        900.0,
+        "OVSERVE_ROLLOUT_BUDGET_TIMEOUT_SECONDS",
+        "a rollout slot frees when its LLMServing's rollout finished, or after this long (a rollout that "
+        "cannot finish, e.g. a model that never loads, does not stop the others forever)",
+    )
     # Tenant policy (policy.py): secure by default; the chart and the tests turn on what they need.
     allow_host_path: bool = _env(
         False, "OVSERVE_ALLOW_HOSTPATH", "tenant policy: allow `spec.model.hostPath`; denied specs read `PolicyDenied`"

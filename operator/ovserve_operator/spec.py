@@ -518,6 +518,15 @@ class ResourceDefaultsStatus(BaseModel):
     message: str = Field("", description="How they were derived, and the settings that set them.")
 
 
+class RolloutStatus(BaseModel):
+    """An operator change of the pod template under the rollout budget (OVSERVE_ROLLOUT_BUDGET)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    held: bool = Field(False, description="True: waiting for a rollout slot; the pods stay on their template.")
+    message: str = Field("", description="Why, and how many slots are in use.")
+
+
 class LLMServingStatus(BaseModel):
     """Observed state, recomputed from the runtime pods and their reports (never latched)."""
 
@@ -541,6 +550,11 @@ class LLMServingStatus(BaseModel):
         json_schema_extra={"format": "date-time"},
     )
     autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state when spec.autoscaling is set.")
+    rollout: RolloutStatus | None = Field(
+        None,
+        description="Present while an operator upgrade's change of the pod template waits for, or holds, a "
+        "rollout slot; absent otherwise.",
+    )
     resourceDefaults: ResourceDefaultsStatus | None = Field(
         None, description="Requests of the runtime container the operator defaulted; absent when the spec sets all."
     )
@@ -607,6 +621,7 @@ __all__ = [
     "ResourceDefaultsStatus",
     "ResourceRequirements",
     "Rollout",
+    "RolloutStatus",
     "RolloutStrategy",
     "SchedulerConfig",
     "SecretKeySelector",

@@ -402,6 +402,32 @@ def test_killing_the_leader_hands_over(cluster, release):
     )
 
 
+def test_a_deleted_lease_is_recreated_and_helm_adopts_it(cluster, release):
+    """`kubectl delete lease`: the leader recreates it at its next renewal (RBAC `create` in the release
+    namespace) with Helm's labels and annotations, so the next `helm upgrade` (the test below) adopts it;
+    the standby never takes it meanwhile (one leader)."""
+    ns = release["ns"]
+    before = cluster.wait_for(lambda: lease_holder(cluster, ns), 60, "a lease holder")
+    cluster.kubectl("delete", "lease", "ovserve-operator", "-n", ns)
+    lease = cluster.wait_for(
+        lambda: (obj := cluster.get("lease", "ovserve-operator", ns)) and obj["spec"].get("holderIdentity") and obj,
+        30,
+        "the Lease recreated with a holder",
+    )
+    assert lease["spec"]["holderIdentity"] == before, "the live leader recreates it; no hand-over"
+    meta = lease["metadata"]
+    assert meta["labels"].get("app.kubernetes.io/managed-by") == "Helm", meta
+    assert meta["annotations"].get("meta.helm.sh/release-name") == RELEASE, meta
+    assert meta["annotations"].get("meta.helm.sh/release-namespace") == ns, meta
+    # it keeps being renewed, by the same leader, and both operator pods stay up
+    renewed = lease["spec"]["renewTime"]
+    cluster.wait_for(
+        lambda: cluster.get("lease", "ovserve-operator", ns)["spec"]["renewTime"] != renewed, 30, "a renewal"
+    )
+    assert lease_holder(cluster, ns) == before
+    assert all(p["status"]["containerStatuses"][0]["restartCount"] == 0 for p in operator_pods(cluster, ns))
+
+
 def test_upgrade_rolls_the_operator(cluster, release):
     ns = release["ns"]
     old = {p["metadata"]["uid"] for p in operator_pods(cluster, ns)}

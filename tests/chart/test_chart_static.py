@@ -194,6 +194,7 @@ def test_runtime_defaults_reach_the_operator(tmp_path):
     env = container_env(one(render({}, tmp_path), "Deployment"))
     assert env["OVSERVE_DEFAULT_CPU_REQUEST"] == "100m" and env["OVSERVE_DEFAULT_MEMORY_REQUEST"] == "1Gi"
     assert env["OVSERVE_HF_DOWNLOAD_SIZE_LIMIT"] == "20Gi"
+    assert env["OVSERVE_ROLLOUT_BUDGET"] == "2" and env["OVSERVE_ROLLOUT_BUDGET_TIMEOUT_SECONDS"] == "900"
     assert "OVSERVE_NETWORK_POLICIES" not in env
     values = {
         "runtime": {"defaultRequests": {"cpu": "", "memory": "2Gi"}},
@@ -296,6 +297,7 @@ BAD_VALUES = [
     ({"huggingFace": {"downloadSizeLimit": "lots"}}, "downloadSizeLimit"),
     ({"runtime": {"defaultRequests": {"memory": "1 GB"}}}, "memory"),
     ({"networkPolicy": {"enabled": "yes"}}, "enabled"),
+    ({"runtime": {"rolloutBudget": -1}}, "rolloutBudget"),
 ]
 
 

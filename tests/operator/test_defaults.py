@@ -138,3 +138,75 @@ def test_network_policy_follows_the_spec(cluster, start_operator, namespace):
     cluster.kubectl("patch", "llmserving", "fenced", "-n", namespace, "--type=merge", "-p", json.dumps(patch))
     cluster.wait_for(lambda: cluster.get("networkpolicy", "fenced", namespace) is None, 60, "the NetworkPolicy gone")
     assert cluster.get("deployment", "fenced", namespace) is not None
+
+
+def template_hash(cluster, namespace: str, name: str) -> str | None:
+    dep = cluster.get("deployment", name, namespace) or {}
+    return ((dep.get("spec") or {}).get("template", {}).get("metadata", {}).get("annotations") or {}).get(
+        "ovserve.dev/template-hash"
+    )
+
+
+def test_an_operator_upgrade_rolls_within_the_budget(cluster, start_operator, namespace):
+    """Three LLMServings; the operator restarts with a setting that changes every pod template (as an
+    upgrade does) and a budget of 1: one rolls, the others are held (status.rollout) on their template
+    until a slot frees; a spec change of a held one applies at once. replicas 0: a rollout finishes at once."""
+    names = ["u1", "u2", "u3"]
+    old = start_operator("op-old")
+    cluster.wait_for(lambda: (old.health() or {}).get("kopf") or not old.alive(), 60, "operator leader")
+    for n in names:
+        cluster.apply(llms(n, {"model": UNSTARTED, "nodeSelector": NOWHERE, "replicas": 0}), namespace)
+    before = {n: cluster.wait_for(lambda n=n: template_hash(cluster, namespace, n), 60, f"{n} rendered") for n in names}
+    old.stop()
+
+    new = start_operator("op-new", OVSERVE_RUNTIME_PRESTOP_SECONDS="7", OVSERVE_ROLLOUT_BUDGET="1")
+    cluster.wait_for(lambda: (new.health() or {}).get("kopf") or not new.alive(), 60, "new operator leader")
+
+    def held() -> list[str]:
+        return [n for n in names if (status(cluster, namespace, n).get("rollout") or {}).get("held")]
+
+    waiting = cluster.wait_for(lambda: len(h := held()) == 2 and h, 60, "two LLMServings held")
+    rolled = [n for n in names if template_hash(cluster, namespace, n) != before[n]]
+    assert len(rolled) == 1 and rolled[0] not in waiting, rolled
+    for n in waiting:
+        st = status(cluster, namespace, n)
+        assert "OVSERVE_ROLLOUT_BUDGET" in st["rollout"]["message"], st
+        assert template_hash(cluster, namespace, n) == before[n]
+    # the spec of a held one changes: applied at once, no slot needed
+    cluster.kubectl("patch", "llmserving", waiting[0], "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":1}}')
+    cluster.wait_for(
+        lambda: template_hash(cluster, namespace, waiting[0]) != before[waiting[0]], 30, "the spec change applied"
+    )
+    # the slots free as rollouts finish: every one reaches the new template, none held any more
+    cluster.wait_for(
+        lambda: all(template_hash(cluster, namespace, n) != before[n] for n in names) and not held(),
+        120,
+        "every LLMServing on the new template",
+    )
+
+
+def test_a_held_llmserving_counts_its_pods_as_current(cluster, start_operator, namespace):
+    """Held by the budget, an LLMServing's pods (of the template the operator no longer renders) are its
+    current pods: no status.previous; the one that rolls shows its old pod as previous."""
+    names = ["h1", "h2"]
+    old = start_operator("op-old")
+    cluster.wait_for(lambda: (old.health() or {}).get("kopf") or not old.alive(), 60, "operator leader")
+    for n in names:
+        cluster.apply(llms(n, {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
+    for n in names:
+        cluster.wait_for(lambda n=n: status(cluster, namespace, n).get("replicas") == 1, 60, f"{n}: a pod")
+    old.stop()
+    new = start_operator("op-new", OVSERVE_RUNTIME_PRESTOP_SECONDS="7", OVSERVE_ROLLOUT_BUDGET="1")
+    cluster.wait_for(lambda: (new.health() or {}).get("kopf") or not new.alive(), 60, "new operator leader")
+
+    def split():
+        sts = {n: status(cluster, namespace, n) for n in names}
+        held = [n for n, st in sts.items() if (st.get("rollout") or {}).get("held")]
+        rolling = [n for n, st in sts.items() if st.get("rollout") and not st["rollout"]["held"]]
+        return (
+            (held, rolling, sts) if len(held) == 1 and len(rolling) == 1 and sts[rolling[0]].get("previous") else None
+        )
+
+    (held,), (rolling,), sts = cluster.wait_for(split, 60, "one held, one rolling with its old pod as previous")
+    assert sts[held].get("previous") is None and sts[held]["replicas"] == 1, sts[held]
+    assert sts[rolling]["previous"]["replicas"] == 1, sts[rolling]

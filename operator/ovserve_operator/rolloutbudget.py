@@ -1,0 +1,144 @@
+"""The rollout budget: an operator upgrade does not roll every LLMServing at once (pure; the clock injected).
+
+A new operator version or setting (runtime image, default requests, probes, ...) changes the rendered pod
+template of every LLMServing while none of their specs changed. Applied at once, every model in the cluster
+would reload at the same moment (and a bad new image would break them all). So a template change that does
+not come from the spec takes one of `slots` rollout slots first; without a free slot the Deployment is left
+on its current template (held) and status.rollout says so, until a slot frees: when the LLMServing's rollout
+finished (every pod of the new template ready, no older pod left), after `timeout_s`, or when it is deleted.
+With 0 slots such changes wait for the next spec change of each LLMServing (opt-in upgrades).
+
+Where the change comes from is told by the annotation ovserve.dev/generation the operator writes on the
+Deployment: the LLMServing generation it was rendered from. Same generation (or none: a Deployment of an
+older operator) and another template hash = an operator change; a new generation = a spec change, applied
+at once. The slots are the leader's memory: after a failover up to `slots` more may start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Key = tuple[str, str]  # (namespace, name)
+ANNOTATION_GENERATION = "ovserve.dev/generation"
+
+
+class Decision(enum.Enum):
+    APPLY = "apply"  # the spec changed, nothing to roll, or a new Deployment
+    GRANTED = "granted"  # an operator change, holding a slot: apply
+    HELD = "held"  # an operator change without a free slot: leave the Deployment as it is
+
+
+@dataclasses.dataclass(frozen=True)
+class Live:
+    """What the live Deployment says about itself."""
+
+    template_hash: str
+    generation: str | None  # ovserve.dev/generation; None on a Deployment of an older operator
+
+    @classmethod
+    def of(cls, deployment: Mapping[str, Any] | None, hash_annotation: str) -> Live | None:
+        if deployment is None:
+            return None
+        annotations = (deployment.get("metadata") or {}).get("annotations") or {}
+        return cls(annotations.get(hash_annotation, ""), annotations.get(ANNOTATION_GENERATION))
+
+
+@dataclasses.dataclass
+class _Hold:
+    live_hash: str
+    desired_hash: str
+
+
+class RolloutBudget:
+    """Thread-safe: applies run in worker threads, the status cycle in the event loop."""
+
+    def __init__(self, slots: int, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.slots = slots
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self._granted: dict[Key, tuple[float, str]] = {}  # key -> (monotonic when granted, desired hash)
+        self._held: dict[Key, _Hold] = {}
+        self._lock = threading.Lock()
+
+    def decide(self, key: Key, live: Live | None, desired_hash: str, generation: int | None) -> Decision:
+        with self._lock:
+            self._expire()
+            operator_change = (
+                live is not None
+                and live.template_hash != desired_hash
+                and (live.generation is None or live.generation == str(generation))
+            )
+            if not operator_change:
+                self._held.pop(key, None)
+                return Decision.APPLY
+            if key in self._granted or len(self._granted) < self.slots:
+                self._granted.setdefault(key, (self.clock(), desired_hash))
+                self._held.pop(key, None)
+                return Decision.GRANTED
+            assert live is not None
+            self._held[key] = _Hold(live.template_hash, desired_hash)
+            return Decision.HELD
+
+    def held_hash(self, key: Key, desired_hash: str) -> str | None:
+        """The live template hash a held LLMServing stays on (its pods are the current ones), else None."""
+        with self._lock:
+            hold = self._held.get(key)
+            return hold.live_hash if hold is not None and hold.desired_hash == desired_hash else None
+
+    def free(self) -> bool:
+        """A slot is free: a held LLMServing should try again."""
+        with self._lock:
+            self._expire()
+            return len(self._granted) < self.slots
+
+    def finished(self, key: Key) -> None:
+        """Its rollout is over (or it is gone): the slot frees."""
+        with self._lock:
+            self._granted.pop(key, None)
+
+    def forget(self, key: Key) -> None:
+        with self._lock:
+            self._granted.pop(key, None)
+            self._held.pop(key, None)
+
+    def granted(self, key: Key) -> bool:
+        with self._lock:
+            return key in self._granted
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for key in [k for k, (at, _h) in self._granted.items() if now - at > self.timeout_s]:
+            del self._granted[key]
+
+    def status(self, key: Key) -> dict[str, Any] | None:
+        """status.rollout: absent unless an operator change waits for, or holds, a slot."""
+        with self._lock:
+            self._expire()
+            in_use = len(self._granted)
+            if key in self._held:
+                return {
+                    "held": True,
+                    "message": "the operator changed the rendered pod template (an upgrade or a setting), not the "
+                    f"spec: waiting for a rollout slot ({in_use} of {self.slots} in use, OVSERVE_ROLLOUT_BUDGET); "
+                    "the pods stay on their current template meanwhile",
+                }
+            if key in self._granted:
+                return {
+                    "held": False,
+                    "message": f"rolling to the operator's new pod template (a rollout slot: {in_use} of "
+                    f"{self.slots} in use, OVSERVE_ROLLOUT_BUDGET)",
+                }
+            return None
+
+
+def rollout_done(status: Mapping[str, Any], replicas: int) -> bool:
+    """Every wanted pod of the current template is ready and no pod of an earlier one is left."""
+    return int(status.get("readyReplicas") or 0) >= replicas and not status.get("previous")
+
+
+__all__ = ["ANNOTATION_GENERATION", "Decision", "Live", "RolloutBudget", "rollout_done"]
