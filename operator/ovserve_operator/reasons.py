@@ -144,6 +144,24 @@ MODEL_LOAD_FAILED = _r(
 DEVICE_UNAVAILABLE = _r(
     RuntimeReason.DEVICE_UNAVAILABLE.value, "Ready, PipelineResolved", FAILED, "OpenVINO sees no such device in the pod"
 )
+TASK_MISMATCH = _r(
+    RuntimeReason.TASK_MISMATCH.value,
+    "Ready, PipelineResolved",
+    FAILED,
+    "spec.task does not match the model (e.g. rerank on an LLM), or a pinned pipelineType with embeddings/rerank",
+)
+TASK_NOT_SUPPORTED = _r(
+    RuntimeReason.TASK_NOT_SUPPORTED.value,
+    "Ready, PipelineResolved",
+    FAILED,
+    "AUTO found a model of no served task (e.g. a sequence classifier with several labels)",
+)
+TASK_PIPELINE = _r(
+    RuntimeReason.TASK_PIPELINE.value,
+    "PipelineResolved, Fallback",
+    None,
+    "task embeddings or rerank: its own pipeline (TextEmbedding, TextRerank) runs; pipelineType does not apply",
+)
 RUNTIME_FAILED = _r("RuntimeFailed", "Ready", FAILED, "the runtime reported failure without a more precise reason")
 CONTINUOUS_BATCHING = _r(
     RuntimeReason.CONTINUOUS_BATCHING.value,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import decisions
 from .flags import RuntimeFlags, add_arguments, from_sources
-from .report import PipelineReport, Reason, RuntimeReport, State, Versions
+from .report import PipelineReport, Reason, RuntimeReport, State, TaskReport, Versions
 from .sources import ConfigError
 
 log = logging.getLogger("ovserve.cli")
@@ -99,8 +99,9 @@ def _detach_signals() -> None:
 async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
     from aiohttp import web
 
+    from . import tasks
     from .engine import SchedulerOptions
-    from .loader import LoadFailure, LoadOptions, load
+    from .loader import LoadFailure, LoadOptions
     from .server import App, ServerConfig, failed_state
 
     requested = args.pipeline_type
@@ -110,6 +111,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         device=args.device,
         pipeline=PipelineReport(requested=requested, reason=Reason.LOADING),
         versions=versions(),
+        task=TaskReport(requested=args.task),
     )
     app = App(ServerConfig.from_flags(args, served), report)
     # shutdown_timeout: what cleanup still waits for handlers after the drain (which has its own bound)
@@ -137,16 +139,17 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         engine_process=args.engine_process,
         scheduler=SchedulerOptions(**args.model_dump(include={f.name for f in dataclasses.fields(SchedulerOptions)})),
     )
-    load_task = loop.run_in_executor(None, load, opts)
+    load_task = loop.run_in_executor(None, tasks.load_serving, opts, args, served)
     stop_task = asyncio.ensure_future(stop.wait())
     await asyncio.wait([load_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
     if not load_task.done():  # stopped while loading
         await runner.cleanup()
         return 0, report
     try:
-        engine, pipeline, layout = load_task.result()
+        loaded = load_task.result()
     except LoadFailure as f:
-        report = report.model_copy(update={"state": State.FAILED, "pipeline": f.report})
+        task = getattr(f, "task", report.task)
+        report = report.model_copy(update={"state": State.FAILED, "pipeline": f.report, "task": task})
         app.set_report(report)
         await runner.cleanup()
         return EXIT_FAILED, report
@@ -174,25 +177,34 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
 
         loop.call_soon_threadsafe(apply)
 
+    engine, pipeline = loaded.engine, loaded.pipeline
     engine.on_fatal = on_fatal
     if not engine.in_process:
         _yield_to_engine()
-    app.attach(engine, layout.max_position)
+    app.attach(engine, loaded.max_position)
+    tasks.attach(app, loaded)
     speculative = getattr(engine, "speculative", None) or report.speculative
     record = decisions.record(
         asked(args),
         engine.observed or decisions.Observed(),
         report.versions,
-        max_position=layout.max_position,
+        max_position=loaded.max_position,
         speculative=speculative,
     )
-    report = report.model_copy(
-        update={"state": State.READY, "pipeline": pipeline, "speculative": speculative, "decisions": record}
-    )
+    update = {
+        "state": State.READY,
+        "pipeline": pipeline,
+        "speculative": speculative,
+        "decisions": record,
+        "task": loaded.task,
+        "embeddings": loaded.embeddings,
+    }
+    report = report.model_copy(update=update)
     app.set_report(report)
     p = report.pipeline
     log.info(
-        "ready: requested=%s resolved=%s continuousBatching=%s fallback=%s reason=%s",
+        "ready: task=%s requested=%s resolved=%s continuousBatching=%s fallback=%s reason=%s",
+        report.task.resolved,
         p.requested,
         p.resolved,
         p.continuousBatching,

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from . import docblock, endpoints, sources
-from .report import PipelineType
+from .report import PipelineType, Task
 
 ENV_PREFIX = "OVSERVE_"
 
@@ -29,6 +29,15 @@ class Group(StrEnum):
     MODEL = "model"
     SCHEDULER = "scheduler (continuous batching pipelines LM_CB/VLM_CB only)"
     SERVER = "server"
+    TASKS = "embeddings and rerank (tasks other than text generation)"
+
+
+class Pooling(StrEnum):
+    """How token vectors become one embedding (openvino_genai.TextEmbeddingPipeline.PoolingType)."""
+
+    CLS = "CLS"
+    MEAN = "MEAN"
+    LAST_TOKEN = "LAST_TOKEN"
 
 
 class ToolParser(StrEnum):
@@ -272,7 +281,47 @@ class RuntimeFlags(BaseModel):
             return "AUTO" if v.upper() == "AUTO" else v.lower()
         return v
 
-    @field_validator("pipeline_type", "device", "log_level", mode="before")
+    task: Task = _flag(
+        Task.AUTO,
+        Group.MODEL,
+        "TASK",
+        "AUTO: read from the model (an encoder without LM head: embeddings; a one-label sequence classifier: "
+        "rerank; else text-generation); text-generation, embeddings or rerank: that, or refuse with TaskMismatch",
+    )
+    embeddings_pooling: Pooling | None = _flag(
+        None,
+        Group.TASKS,
+        "POOLING",
+        "CLS, MEAN or LAST_TOKEN",
+        shown="the model's sentence-transformers config, else CLS",
+    )
+    embeddings_normalize: bool | None = _flag(
+        None,
+        Group.TASKS,
+        "",
+        "L2-normalize embeddings",
+        shown="the model's sentence-transformers config (a Normalize module), else off",
+    )
+    embeddings_matryoshka: bool = _flag(
+        False,
+        Group.TASKS,
+        "",
+        "the model was trained for truncation (Matryoshka): a request's `dimensions` below the model's size keeps "
+        "the first dimensions and renormalizes; off: any other size than the model's is refused (400)",
+    )
+    embeddings_max_batch: int = _flag(
+        64,
+        Group.TASKS,
+        "N",
+        "most texts in one embeddings pipeline call: the inputs of concurrent requests are batched up to this",
+        ge=1,
+        le=4096,
+    )
+    rerank_max_documents: int = _flag(
+        1000, Group.TASKS, "N", "documents per rerank request; more get 400 too_many_documents", ge=1
+    )
+
+    @field_validator("pipeline_type", "device", "log_level", "embeddings_pooling", mode="before")
     @classmethod
     def _upper(cls, v: Any) -> Any:
         return v.upper() if isinstance(v, str) and not isinstance(v, Enum) else v

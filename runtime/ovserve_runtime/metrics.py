@@ -85,7 +85,17 @@ class Metrics:
             ],
             registry=r,
         )
+        self.task_documents = Counter(
+            "ovserve_task_documents",
+            "Texts embedded (embeddings) and documents scored (rerank), by task",
+            ["task"],
+            registry=r,
+        )
+        self.task_info = Gauge(
+            "ovserve_task_info", "The task this serving runs (value 1; empty until resolved)", ["task"], registry=r
+        )
         self._info_labels: tuple[str, ...] | None = None
+        self._task_label: str | None = None
         self.engine = None
         self.counts: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (queued, running) as the server counts
 
@@ -109,6 +119,11 @@ class Metrics:
         self.info.labels(*labels).set(1)
         self._info_labels = labels
         self.ready.set(1 if rep.state == "ready" else 0)
+        task = str(rep.task.resolved or "")
+        if self._task_label is not None and self._task_label != task:
+            self.task_info.remove(self._task_label)
+        self.task_info.labels(task).set(1)
+        self._task_label = task
 
     def render(self) -> tuple[bytes, str]:
         e = self.engine

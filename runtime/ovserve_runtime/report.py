@@ -24,6 +24,22 @@ class PipelineType(StrEnum):
 CB_PIPELINES = frozenset({PipelineType.LM_CB, PipelineType.VLM_CB})
 
 
+class Task(StrEnum):
+    """What a serving does (spec.task, --task). AUTO: read from the model (tasks/resolve.py)."""
+
+    AUTO = "AUTO"
+    TEXT_GENERATION = "text-generation"
+    EMBEDDINGS = "embeddings"
+    RERANK = "rerank"
+
+
+class TaskPipeline(StrEnum):
+    """The openvino-genai pipeline of a task other than text generation (pipeline.resolved of its report)."""
+
+    TEXT_EMBEDDING = "TextEmbedding"  # openvino_genai.TextEmbeddingPipeline
+    TEXT_RERANK = "TextRerank"  # openvino_genai.TextRerankPipeline
+
+
 class Reason(StrEnum):
     """Why the pipeline is what it is. Values are valid metav1.Condition reasons."""
 
@@ -35,6 +51,9 @@ class Reason(StrEnum):
     MODEL_NOT_FOUND = "ModelNotFound"
     MODEL_LOAD_FAILED = "ModelLoadFailed"
     DEVICE_UNAVAILABLE = "DeviceUnavailable"
+    TASK_MISMATCH = "TaskMismatch"  # the task asked for is not what the model is (e.g. rerank on an LLM)
+    TASK_NOT_SUPPORTED = "TaskNotSupported"  # the model is none of the tasks served (e.g. a 3-label classifier)
+    TASK_PIPELINE = "TaskPipeline"  # embeddings / rerank: their own pipeline; pipelineType does not apply
 
 
 class State(StrEnum):
@@ -47,7 +66,9 @@ class PipelineReport(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     requested: PipelineType = PipelineType.AUTO
-    resolved: PipelineType | None = Field(None, description="LM, LM_CB, VLM or VLM_CB; null until resolved")
+    resolved: PipelineType | TaskPipeline | None = Field(
+        None, description="LM, LM_CB, VLM or VLM_CB (TextEmbedding, TextRerank for those tasks); null until resolved"
+    )
     continuousBatching: bool = False
     fallback: bool = False
     reason: Reason = Reason.LOADING
@@ -136,6 +157,29 @@ class SpeculativeReport(BaseModel):
     message: str = ""
 
 
+class TaskReport(BaseModel):
+    """The task asked for and the one the model is served as; `source` says how it was decided."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    requested: Task = Task.AUTO
+    resolved: Task | None = None  # null until resolved, and when it could not be
+    source: str = ""  # e.g. "model: BertModel, output last_hidden_state" or "asked"
+
+
+class EmbeddingsReport(BaseModel):
+    """How embeddings are computed, as resolved (tasks/embeddings.py): pooling and normalization from the
+    flags, else the model's sentence-transformers config, else openvino-genai's defaults."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    pooling: Decision  # CLS, MEAN or LAST_TOKEN; detail: where it came from
+    normalize: Decision  # "true" or "false"
+    dimensions: int  # the model's embedding size
+    maxLength: int | None = None  # longest input in tokens (longer ones are refused)
+    truncatableDimensions: bool = False  # `dimensions` below the model's size is honoured (Matryoshka models)
+
+
 class RuntimeReport(BaseModel):
     """GET /v1/status. `model` is the served model name, `device` the OpenVINO device (CPU, GPU)."""
 
@@ -148,6 +192,8 @@ class RuntimeReport(BaseModel):
     versions: Versions = Field(default_factory=Versions)
     speculative: SpeculativeReport = Field(default_factory=SpeculativeReport)
     decisions: Decisions | None = Field(None, description="Resolved settings; null until the pipeline is loaded.")
+    task: TaskReport = Field(default_factory=TaskReport)
+    embeddings: EmbeddingsReport | None = None  # task embeddings only
 
     def to_line(self) -> str:
         """One JSON line, as written to stderr and the termination-message file (the kubelet keeps 4 KiB of it:
@@ -171,6 +217,7 @@ __all__ = [
     "CB_PIPELINES",
     "Decision",
     "Decisions",
+    "EmbeddingsReport",
     "PipelineReport",
     "PipelineType",
     "Reason",
@@ -180,5 +227,8 @@ __all__ = [
     "SpeculativeReason",
     "SpeculativeReport",
     "State",
+    "Task",
+    "TaskPipeline",
+    "TaskReport",
     "Versions",
 ]

@@ -34,7 +34,8 @@ from .engine import Events
 from .flags import RuntimeFlags, default
 from .metrics import Metrics
 from .openai_request import ChatRequest, CompletionRequest, RequestError, parse
-from .report import Reason, RuntimeReport, State
+from .report import Reason, RuntimeReport, State, Task
+from .tasks import install_routes as install_task_routes
 
 log = logging.getLogger("ovserve.server")
 
@@ -156,6 +157,7 @@ class App:
             r.add_post(f"{prefix}/completions", self.completions, expect_handler=self._expect)
             r.add_get(f"{prefix}/models", self.models)
             r.add_get(f"{prefix}/models/{{model}}", self.model)
+        install_task_routes(self)  # /v3/embeddings, /v3/rerank (tasks/)
         r.add_get(endpoints.STATUS, self.status)
         r.add_get(endpoints.LIVE, self.live)
         r.add_get(endpoints.READY, self.ready)
@@ -256,6 +258,11 @@ class App:
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         endpoint = "chat" if chat else "completions"
         arrived = time.monotonic()
+        served = self.report.task.resolved
+        if served is not None and served != Task.TEXT_GENERATION:  # an embeddings or rerank serving
+            from .tasks.serving import wrong_task
+
+            return wrong_task(served, request.path, Task.TEXT_GENERATION).response()
         if not self.admission.try_admit():
             self.metrics.requests.labels(endpoint, "429").inc()
             return self._queue_full()

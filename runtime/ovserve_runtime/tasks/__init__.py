@@ -1,0 +1,137 @@
+"""Tasks other than text generation (embeddings, rerank) and the task resolution of every serving.
+
+The server hooks in at two places: `install_routes(app)` when the App is built (routes are fixed before the
+server starts), and `load_serving` instead of the generation loader (it resolves the task, then loads the
+generation pipeline through loader.load or a task pipeline here); `attach(app, loaded)` once loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .. import endpoints
+from .. import resolve as pipeline_resolve
+from ..engine import EngineError
+from ..flags import RuntimeFlags
+from ..loader import LoadFailure, LoadOptions, available_devices, load
+from ..report import EmbeddingsReport, PipelineReport, Reason, Task, TaskPipeline, TaskReport
+from .facts import read_facts
+from .resolve import TaskFailure, resolve_task
+
+log = logging.getLogger("ovserve.tasks")
+
+TASK_ROUTES = {Task.EMBEDDINGS: "embeddings", Task.RERANK: "rerank"}  # path under each API prefix
+EXTRA_RERANK_PATHS = ("/v2/rerank",)  # Cohere's v2 client
+
+
+class TaskLoadFailure(LoadFailure):
+    def __init__(self, report: PipelineReport, task: TaskReport) -> None:
+        super().__init__(report)
+        self.task = task
+
+
+@dataclass
+class Loaded:
+    engine: Any
+    pipeline: PipelineReport
+    max_position: int | None
+    task: TaskReport
+    embeddings: EmbeddingsReport | None = None
+    service: Any = None  # embeddings.Embeddings | rerank.Rerank
+
+
+def install_routes(app: Any) -> None:
+    from .serving import TaskHandler
+
+    app.task_handlers = {t: TaskHandler(app, t, path) for t, path in TASK_ROUTES.items()}
+    r = app.web.router
+    for prefix in endpoints.API_PREFIXES:
+        for t, path in TASK_ROUTES.items():
+            r.add_post(f"{prefix}/{path}", app.task_handlers[t].handle)
+    for path in EXTRA_RERANK_PATHS:
+        r.add_post(path, app.task_handlers[Task.RERANK].handle)
+
+
+def attach(app: Any, loaded: Loaded) -> None:
+    handler = app.task_handlers.get(loaded.task.resolved)
+    if handler is not None and loaded.service is not None:
+        handler.prepare = loaded.service.prepare
+        handler.respond = loaded.service.respond
+
+
+def _failed(flags: RuntimeFlags, task: TaskReport, reason: Reason, message: str) -> TaskLoadFailure:
+    return TaskLoadFailure(pipeline_resolve.failed_report(flags.pipeline_type, reason, message), task)
+
+
+def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Loaded:
+    """Resolve the task, then load its pipeline and prove it with a smoke call; TaskLoadFailure otherwise."""
+    facts = read_facts(opts.model_path)
+    decided = resolve_task(flags.task, flags.pipeline_type, facts)
+    if isinstance(decided, TaskFailure):
+        raise _failed(flags, TaskReport(requested=flags.task), decided.reason, decided.message)
+    task = TaskReport(requested=flags.task, resolved=decided.task, source=decided.source)
+    log.info("task %s (%s)", decided.task, decided.source)
+    if decided.task == Task.TEXT_GENERATION:
+        try:
+            engine, pipeline, layout = load(opts)
+        except LoadFailure as f:
+            raise TaskLoadFailure(f.report, task) from f
+        return Loaded(engine, pipeline, layout.max_position, task)
+
+    layout = pipeline_resolve.inspect_dir(opts.model_path)
+    if not layout.exists:
+        raise _failed(flags, task, Reason.MODEL_NOT_FOUND, "model directory does not exist")
+    if not layout.has_lm:
+        raise _failed(
+            flags, task, Reason.MODEL_NOT_FOUND, f"no OpenVINO model in the directory: {pipeline_resolve.LM_XML}"
+        )
+    devices = available_devices()
+    if not pipeline_resolve.device_available(opts.device, devices):
+        raise _failed(
+            flags,
+            task,
+            Reason.DEVICE_UNAVAILABLE,
+            f"device {opts.device} is not available on this machine (openvino sees: {', '.join(devices) or 'none'})",
+        )
+    limits = [x for x in (flags.max_prompt_tokens, layout.max_position) if x]
+    limit = min(limits) if limits else None
+    t = time.perf_counter()
+    embeddings_report = None
+    try:
+        if decided.task == Task.EMBEDDINGS:
+            from . import embeddings
+
+            try:
+                service: Any = embeddings.load(flags, served_name, limit, opts.properties)
+            except embeddings.TaskFailureError as exc:
+                raise _failed(flags, task, exc.failure.reason, exc.failure.message) from exc
+            embeddings_report = service.report
+            resolved = TaskPipeline.TEXT_EMBEDDING
+        else:
+            from . import rerank
+
+            service = rerank.load(flags, served_name, limit, opts.properties)
+            resolved = TaskPipeline.TEXT_RERANK
+    except TaskLoadFailure:
+        raise
+    except Exception as exc:
+        raise _failed(flags, task, Reason.MODEL_LOAD_FAILED, str(exc).strip()) from exc
+    engine = service.engine
+    engine.start()
+    try:
+        engine.smoke()
+    except EngineError as exc:
+        engine.stop()
+        raise _failed(flags, task, Reason.MODEL_LOAD_FAILED, str(exc)) from exc
+    log.info("%s pipeline constructed and proven in %.2fs", resolved, time.perf_counter() - t)
+    pipeline = PipelineReport(
+        requested=flags.pipeline_type,
+        resolved=resolved,
+        reason=Reason.TASK_PIPELINE,
+        message=f"task {decided.task} runs openvino_genai.{resolved}Pipeline; pipelineType applies to text "
+        "generation only",
+    )
+    return Loaded(engine, pipeline, layout.max_position, task, embeddings_report, service)

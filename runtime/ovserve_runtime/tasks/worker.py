@@ -1,0 +1,219 @@
+"""The engine of the tasks other than text generation: one pipeline, one thread, requests batched.
+
+Embeddings and rerank pipelines take a whole batch in one call (`embed_documents(texts)`,
+`rerank(query, documents)`), and a call on a batch costs far less than a call per text. So the worker takes
+every job waiting when it wakes and runs as few calls as the jobs allow: for embeddings one call for the texts
+of all waiting requests (up to `max_batch` texts; a larger request runs alone, in slices), for rerank one call
+per request (a call has one query). Results go back to the event loop in one wake-up per call.
+
+The surface is the generation engine's (engine.Engine) where the HTTP side uses it, so that admission, the
+429 bound, the drain, readiness/liveness and the fatal path are the same code for every task: `capacity`
+(requests served by one call), `running`, `fatal` / `on_fatal`, `submit`, `cancel`, `tokenizer`.
+
+Faults: an exception from a call is first taken for a bad input: the smoke input is run, and when it passes,
+each job of the failed call is retried alone so that only the job that fails alone gets the error (500). When
+the smoke input fails too, the pipeline is broken: every queued and running job gets the error, `fatal` is
+set and `on_fatal` tells the server (readiness and liveness 503, failure report, exit 3), as for generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine import EngineError, Events
+
+log = logging.getLogger("ovserve.tasks")
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's work: `texts` (embeddings) or a query and its documents (rerank)."""
+
+    texts: list[str]
+    query: str | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    events: Events | None = None  # ("done", results) or ("error", message | ApiError), once
+    cancelled: bool = False
+    finished: bool = False
+    submitted_at: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def emit(self, kind: str, value: Any) -> None:
+        """From the worker thread: the job's one event, delivered on its loop."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.loop is not None and self.events is not None:
+            try:
+                self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits
+
+
+# run(jobs) -> one result per job (a list of vectors, or of (index, score) pairs)
+RunBatch = Callable[[Sequence[Job]], list[Any]]
+
+
+class TaskEngine:
+    continuous_batching = False
+    in_process = True
+    token_table = None
+    is_vlm = False
+    observed = None  # decisions.Observed of a generation engine; the record takes its defaults
+    speculative = None
+
+    def __init__(self, name: str, run: RunBatch, tokenizer: Any, max_batch: int, batch_jobs: bool, smoke: Job) -> None:
+        self.kind = name
+        self.run = run
+        self.tokenizer = tokenizer
+        self.max_batch = max(1, max_batch)
+        self.batch_jobs = batch_jobs  # several jobs in one call (embeddings) or one job per call (rerank)
+        self.capacity = self.max_batch if batch_jobs else 1
+        self.smoke_job = smoke
+        self.fatal: str | None = None
+        self.on_fatal: Callable[[str], None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.calls = 0  # pipeline calls made (tests, metrics)
+        self._queue: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._running = 0
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    # --- the server's side (event loop) --------------------------------------------------------
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def cache_usage(self) -> float | None:
+        return None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def preparing(self, count: int) -> None:
+        pass
+
+    def submit(self, job: Job) -> None:
+        with self._cond:  # under the lock: a job is refused here or reached by _fail, never lost between
+            if self.fatal is not None:
+                raise EngineError(f"pipeline failed: {self.fatal}")
+            self._queue.append(job)
+            self._cond.notify()
+
+    def cancel(self, job: Job) -> None:
+        """The client went away (or the drain ended it): a queued job is skipped; a running call finishes."""
+        job.cancelled = True
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=f"task-{self.kind}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def smoke(self, timeout: float = 300) -> None:
+        """The smoke input through the real path (readiness requires it)."""
+        done = threading.Event()
+        out: dict[str, Any] = {}
+
+        class _Probe(Job):
+            def emit(self, kind: str, value: Any) -> None:
+                out[kind] = value
+                done.set()
+
+        probe = _Probe(texts=list(self.smoke_job.texts), query=self.smoke_job.query)
+        self.submit(probe)
+        if not done.wait(timeout):
+            raise EngineError("smoke call timed out")
+        if "error" in out:
+            raise EngineError(str(out["error"]))
+
+    # --- the worker thread -----------------------------------------------------------------------
+    def _take(self) -> list[Job] | None:
+        with self._cond:
+            while not self._queue and not self._stop:
+                self._cond.wait()
+            if self._stop:
+                return None
+            jobs = [self._queue.popleft()]
+            if self.batch_jobs:
+                total = len(jobs[0].texts)
+                while self._queue and total + len(self._queue[0].texts) <= self.max_batch:
+                    job = self._queue.popleft()
+                    total += len(job.texts)
+                    jobs.append(job)
+            jobs = [j for j in jobs if not j.cancelled]
+            self._running = len(jobs)
+            return jobs
+
+    def _loop(self) -> None:
+        while True:
+            jobs = self._take()
+            if jobs is None:
+                return
+            try:
+                if jobs:
+                    self._serve(jobs)
+            except Exception as exc:  # a failure outside any call (a bug): fatal, like the generation engine's
+                self._fail(f"{type(exc).__name__}: {str(exc).strip()}", jobs)
+            finally:
+                self._running = 0
+            if self.fatal is not None:
+                return
+
+    def _serve(self, jobs: list[Job]) -> None:
+        try:
+            results = self._call(jobs)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {str(exc).strip()}"
+            log.warning("a %s call on %d requests failed: %s", self.kind, len(jobs), message)
+            try:
+                self._call([self.smoke_job])
+            except Exception as exc2:  # the pipeline itself is broken
+                self._fail(f"{type(exc2).__name__}: {str(exc2).strip()}", jobs)
+                return
+            if len(jobs) == 1:
+                jobs[0].emit("error", message)
+                return
+            for job in jobs:  # one bad input must not fail its neighbours: each alone
+                self._serve([job])
+            return
+        for job, result in zip(jobs, results, strict=True):
+            job.emit("done", result)
+
+    def _call(self, jobs: Sequence[Job]) -> list[Any]:
+        self.calls += 1
+        if len(jobs) == 1 and self.batch_jobs and len(jobs[0].texts) > self.max_batch:
+            job = jobs[0]  # a request larger than a batch: its texts in slices, one result
+            out: list[Any] = []
+            for i in range(0, len(job.texts), self.max_batch):
+                part = Job(texts=job.texts[i : i + self.max_batch], query=job.query)
+                out.extend(self.run([part])[0])
+            return [out]
+        return self.run(jobs)
+
+    def _fail(self, message: str, current: list[Job]) -> None:
+        log.error("%s pipeline failed: %s", self.kind, message)
+        with self._cond:
+            self.fatal = message
+            victims = current + list(self._queue)
+            self._queue.clear()
+        for job in victims:
+            job.emit("error", f"pipeline failed: {message}")
+        if self.on_fatal is not None:
+            self.on_fatal(message)
