@@ -91,6 +91,12 @@ class Metrics:
             ["task"],
             registry=r,
         )
+        self.task_batch = Histogram(
+            "ovserve_task_batch_texts",
+            "Texts (embeddings) or documents (rerank) per pipeline call; _count is the number of calls",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
+            registry=r,
+        )
         self.task_info = Gauge(
             "ovserve_task_info", "The task this serving runs (value 1; empty until resolved)", ["task"], registry=r
         )

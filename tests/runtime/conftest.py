@@ -38,6 +38,16 @@ def tiny_models() -> Path:
     return _models_dir()
 
 
+@pytest.fixture(scope="session")
+def encoder_models() -> Path:
+    """The tiny encoder models of hack/models/encoders/build.sh (tiny-embed, tiny-rerank), built once."""
+    build = ROOT / "hack" / "models" / "encoders" / "build.sh"
+    proc = subprocess.run(["bash", str(build)], capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        pytest.fail(f"{build} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", pytrace=False)
+    return _models_dir()
+
+
 def wait_until(pred, timeout: float = 20.0, interval: float = 0.1) -> bool:
     """Poll pred() until it is truthy or `timeout` passes; its last answer."""
     deadline = time.monotonic() + timeout

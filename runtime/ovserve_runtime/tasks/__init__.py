@@ -58,6 +58,7 @@ def install_routes(app: Any) -> None:
 def attach(app: Any, loaded: Loaded) -> None:
     handler = app.task_handlers.get(loaded.task.resolved)
     if handler is not None and loaded.service is not None:
+        loaded.engine.on_call = app.metrics.task_batch.observe
         handler.prepare = loaded.service.prepare
         handler.respond = loaded.service.respond
 

@@ -104,6 +104,12 @@ def resolve_task(requested: Task, pipeline_type: PipelineType, f: ModelFacts) ->
         if requested == Task.RERANK and found is None and _classifier(f) and _labels(f) == 2:
             # a two-label cross-encoder: openvino-genai scores it by the softmax of label 1; asked for, served
             return Resolved(requested, f"asked ({why}: label 1 is the relevance)")
+        if found is None and _classifier(f):
+            return TaskFailure(
+                Reason.TASK_MISMATCH,
+                f"task {requested} requested, but the model is not one ({why}; a reranker has one label, or two "
+                "when asked for)",
+            )
         if found is not None and found != requested:
             return TaskFailure(
                 Reason.TASK_MISMATCH,

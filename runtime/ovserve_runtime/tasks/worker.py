@@ -79,7 +79,8 @@ class TaskEngine:
         self.fatal: str | None = None
         self.on_fatal: Callable[[str], None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.calls = 0  # pipeline calls made (tests, metrics)
+        self.calls = 0  # pipeline calls made
+        self.on_call: Callable[[int], None] | None = None  # texts of each call (metrics), from the worker
         self._queue: deque[Job] = deque()
         self._cond = threading.Condition()
         self._running = 0
@@ -197,14 +198,19 @@ class TaskEngine:
             job.emit("done", result)
 
     def _call(self, jobs: Sequence[Job]) -> list[Any]:
-        self.calls += 1
         if len(jobs) == 1 and self.batch_jobs and len(jobs[0].texts) > self.max_batch:
             job = jobs[0]  # a request larger than a batch: its texts in slices, one result
             out: list[Any] = []
             for i in range(0, len(job.texts), self.max_batch):
                 part = Job(texts=job.texts[i : i + self.max_batch], query=job.query)
-                out.extend(self.run([part])[0])
+                out.extend(self._run([part])[0])
             return [out]
+        return self._run(jobs)
+
+    def _run(self, jobs: Sequence[Job]) -> list[Any]:
+        self.calls += 1
+        if self.on_call is not None:
+            self.on_call(sum(len(j.texts) for j in jobs))
         return self.run(jobs)
 
     def _fail(self, message: str, current: list[Job]) -> None:
