@@ -64,7 +64,9 @@ def test_embeddings_task_and_settings_resolved_from_the_model(embed_server):
     assert "last_hidden_state" in s["task"]["source"]
     assert s["pipeline"]["resolved"] == "TextEmbedding" and s["pipeline"]["reason"] == "TaskPipeline"
     # the model's sentence-transformers config says mean pooling and a Normalize module (genai's default: CLS)
-    assert s["embeddings"]["pooling"] == {"value": "MEAN", "source": "model: sentence-transformers pooling config"}
+    pooling = s["embeddings"]["pooling"]
+    assert (pooling["value"], pooling["source"]) == ("MEAN", "automatic")
+    assert pooling["detail"] == "model: sentence-transformers pooling config"
     assert s["embeddings"]["normalize"]["value"] == "true"
     assert s["embeddings"]["dimensions"] == 32
     assert 'ovserve_task_info{task="embeddings"} 1.0' in embed_server.metrics()
@@ -149,8 +151,8 @@ def test_matryoshka_serving_truncates_and_renormalizes(encoder_models, server_fa
 def test_pooling_and_normalization_flags_win_over_the_model(encoder_models, server_factory):
     s = server_factory(encoder_models / "tiny-embed", "--embeddings-pooling", "CLS", "--no-embeddings-normalize")
     rep = s.status()["embeddings"]
-    assert rep["pooling"] == {"value": "CLS", "source": "asked"}
-    assert rep["normalize"] == {"value": "false", "source": "asked"}
+    assert (rep["pooling"]["value"], rep["pooling"]["source"]) == ("CLS", "requested")
+    assert (rep["normalize"]["value"], rep["normalize"]["source"]) == ("false", "requested")
     c = g.TextEmbeddingPipeline.Config()
     c.pooling_type = g.TextEmbeddingPipeline.PoolingType.CLS
     c.normalize = False

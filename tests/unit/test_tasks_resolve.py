@@ -103,12 +103,12 @@ MAX = SentenceTransformers(pooling_config={"pooling_mode_max_tokens": True}, mod
 @pytest.mark.parametrize(
     ("pooling", "normalize", "st", "want"),
     [
-        (None, None, None, (("CLS", "default"), ("true", "default"))),
+        (None, None, None, (("CLS", "openvino"), ("true", "openvino"))),
         (None, None, MEAN_NORM, (("MEAN", "model"), ("true", "model"))),
         (None, None, CLS_NO_NORM, (("CLS", "model"), ("false", "model"))),
-        (None, None, LAST, (("LAST_TOKEN", "model"), ("true", "default"))),
+        (None, None, LAST, (("LAST_TOKEN", "model"), ("true", "openvino"))),
         (Pooling.CLS, False, MEAN_NORM, (("CLS", "asked"), ("false", "asked"))),
-        (Pooling.MEAN, None, MAX, (("MEAN", "asked"), ("true", "default"))),
+        (Pooling.MEAN, None, MAX, (("MEAN", "asked"), ("true", "openvino"))),
         (None, None, MAX, Reason.MODEL_LOAD_FAILED),  # max pooling is not computed by openvino-genai
     ],
 )
@@ -120,4 +120,5 @@ def test_resolve_embeddings(pooling, normalize, st, want):
         return
     (pv, ps), (nv, ns) = want
     assert (got.pooling.value, got.normalize.value) == (pv, nv)
-    assert got.pooling.source.startswith(ps) and got.normalize.source.startswith(ns)
+    assert got.pooling.detail.startswith(ps) and got.normalize.detail.startswith(ns)
+    assert (got.pooling.source == "requested") == (ps == "asked")
