@@ -40,6 +40,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.pipeline.fallbackReason",
         "description": "Why AUTO fell back to the legacy pipeline; empty when it did not.",
     },
+    {
+        "name": "Task",
+        "type": "string",
+        "jsonPath": ".status.task.resolved",
+        "description": "The task the runtime pods resolved: text-generation, embeddings or rerank.",
+    },
     {"name": "Device", "type": "string", "jsonPath": ".spec.device", "description": "CPU or GPU."},
     {
         "name": "Ready",

@@ -14,7 +14,7 @@ from typing import Any
 
 from ovserve_runtime import endpoints
 from ovserve_runtime.flags import RuntimeFlags
-from ovserve_runtime.report import PipelineType
+from ovserve_runtime.report import PipelineType, Task
 
 from . import networkpolicy, resourcedefaults
 from . import spec as api
@@ -109,6 +109,8 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
     (or openvino-genai's) applies."""
     sched = spec.scheduler or api.SchedulerConfig()
     serving = spec.serving or api.ServingConfig()
+    emb = spec.embeddings or api.EmbeddingsConfig()
+    rerank = spec.rerank or api.RerankConfig()
     given: dict[str, Any] = {
         "model_path": model_path(name),
         "served_name": spec.model.servedName or name,
@@ -129,6 +131,13 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
         "stream_interval_ms": serving.streamIntervalMs,
         "tool_parser": serving.toolParser,
         "reasoning_parser": serving.reasoningParser,
+        # AUTO is the runtime's default: not rendered (an unchanged template hash for existing servings)
+        "task": spec.task if spec.task != Task.AUTO else None,
+        "embeddings_pooling": emb.pooling,
+        "embeddings_normalize": emb.normalize,
+        "embeddings_matryoshka": emb.matryoshka,
+        "embeddings_max_batch": emb.maxBatch,
+        "rerank_max_documents": rerank.maxDocuments,
     }
     return RuntimeFlags(**{k: v for k, v in given.items() if v is not None})
 

@@ -10,7 +10,8 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from ovserve_runtime import flags
-from ovserve_runtime.report import Decisions, PipelineType
+from ovserve_runtime.flags import Pooling
+from ovserve_runtime.report import Decisions, EmbeddingsReport, PipelineType, Task
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 GROUP = "ovserve.dev"
@@ -386,15 +387,79 @@ class NetworkPolicyConfig(_Strict):
     )
 
 
+class EmbeddingsConfig(_Strict):
+    """How an embeddings serving computes its vectors. Unset fields: the model's sentence-transformers config
+    (modules.json, its Pooling module), else openvino-genai's defaults; status.embeddings says what resolved."""
+
+    pooling: Pooling | None = Field(None, description="CLS, MEAN or LAST_TOKEN.")
+    normalize: bool | None = Field(None, description="L2-normalize the embeddings.")
+    matryoshka: bool | None = Field(
+        None,
+        description="The model was trained for truncation (Matryoshka): a request's `dimensions` below the model's "
+        "size keeps the first dimensions and renormalizes. Off: other sizes are refused (400).",
+    )
+    maxBatch: int | None = Field(
+        None,
+        **flags.bounds("embeddings_max_batch"),
+        description="Most texts in one pipeline call: concurrent requests are batched up to this (default 64).",
+    )
+
+
+class RerankConfig(_Strict):
+    """Request limits of a rerank serving."""
+
+    maxDocuments: int | None = Field(
+        None, **flags.bounds("rerank_max_documents"), description="Documents per request (default 1000)."
+    )
+
+
+_TASKS_WITHOUT_GENERATION = "['embeddings', 'rerank']"
+
+
 class LLMServingSpec(_Strict):
     """Desired state of an LLMServing: a model served by the ovserve runtime (OpenVINO GenAI)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        use_enum_values=False,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"!has(self.task) || !(self.task in {_TASKS_WITHOUT_GENERATION}) || "
+                    "!has(self.pipelineType) || self.pipelineType == 'AUTO'",
+                    "message": "pipelineType applies to text generation only: leave it AUTO with task embeddings "
+                    "or rerank",
+                },
+                {
+                    "rule": f"!has(self.task) || !(self.task in {_TASKS_WITHOUT_GENERATION}) || !has(self.scheduler)",
+                    "message": "scheduler configures the continuous-batching pipeline: text generation only",
+                },
+                {
+                    "rule": "!has(self.embeddings) || !has(self.task) || self.task in ['AUTO', 'embeddings']",
+                    "message": "embeddings applies to task embeddings (or AUTO)",
+                },
+                {
+                    "rule": "!has(self.rerank) || !has(self.task) || self.task in ['AUTO', 'rerank']",
+                    "message": "rerank applies to task rerank (or AUTO)",
+                },
+                {
+                    "rule": f"!has(self.task) || !(self.task in {_TASKS_WITHOUT_GENERATION}) || "
+                    "!has(self.autoscaling) || !has(self.autoscaling.metric) || "
+                    "self.autoscaling.metric != 'KVCacheUsage'",
+                    "message": "KVCacheUsage is a text-generation metric: autoscale embeddings and rerank on "
+                    "QueueDepth or RunningRequests",
+                },
+            ]
+        },
+    )
 
     model: ModelSource = Field(..., description="The model to serve.")
     pipelineType: PipelineType = Field(
         PipelineType.AUTO,
         description="Pipeline to run, as in OpenVINO Model Server. AUTO: continuous batching (LM_CB/VLM_CB) "
         "when the model supports PagedAttention, else the legacy pipeline (LM/VLM) with status.pipeline."
-        "fallback=true. LM_CB/VLM_CB pinned: never downgraded; the serving fails instead. LM/VLM: legacy.",
+        "fallback=true. LM_CB/VLM_CB pinned: never downgraded; the serving fails instead. LM/VLM: legacy. "
+        "Text generation only: with task embeddings or rerank it must stay AUTO (their own pipelines run).",
     )
     device: Device = Field(Device.CPU, description="CPU, or GPU (Intel GPU through its device plugin).")
     replicas: int = Field(
@@ -435,6 +500,34 @@ class LLMServingSpec(_Strict):
         description="How spec changes replace the runtime pods. Default: device-aware (CPU surge 1, GPU "
         "unavailable 1).",
     )
+    task: Task = Field(
+        Task.AUTO,
+        description="What the serving does. AUTO: read from the model (an encoder without LM head: embeddings; a "
+        "one-label sequence classifier: rerank; else text-generation). A task the model is not fails with "
+        "TaskMismatch. pipelineType and scheduler apply to text-generation only.",
+    )
+    embeddings: EmbeddingsConfig | None = Field(
+        None, description="Pooling, normalization and batching of an embeddings serving (/v3/embeddings)."
+    )
+    rerank: RerankConfig | None = Field(None, description="Limits of a rerank serving (/v3/rerank).")
+
+    @model_validator(mode="after")
+    def _task_fields(self) -> LLMServingSpec:
+        # the CEL rules above, for specs that reach the operator by other paths
+        other = self.task in (Task.EMBEDDINGS, Task.RERANK)
+        if other and self.pipelineType != PipelineType.AUTO:
+            raise ValueError(
+                "pipelineType applies to text generation only: leave it AUTO with task embeddings or rerank"
+            )
+        if other and self.scheduler is not None:
+            raise ValueError("scheduler configures the continuous-batching pipeline: text generation only")
+        if self.embeddings is not None and self.task not in (Task.AUTO, Task.EMBEDDINGS):
+            raise ValueError("embeddings applies to task embeddings (or AUTO)")
+        if self.rerank is not None and self.task not in (Task.AUTO, Task.RERANK):
+            raise ValueError("rerank applies to task rerank (or AUTO)")
+        if other and self.autoscaling is not None and self.autoscaling.metric == AutoscalingMetric.KVCacheUsage:
+            raise ValueError("KVCacheUsage is a text-generation metric: autoscale embeddings and rerank on QueueDepth")
+        return self
 
 
 # ------------------------------------------------------------------------------------------- status
@@ -475,6 +568,18 @@ class PipelineStatus(BaseModel):
     )
     reason: str = Field("Loading", description="Why the pipeline is what it is (or why it failed).")
     message: str = Field("", description="Details, e.g. the original PagedAttention error.")
+
+
+class TaskStatus(BaseModel):
+    """What the serving does, as the current spec's pods resolved it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    requested: Task = Field(Task.AUTO, description="spec.task.")
+    resolved: str | None = Field(
+        None, description="text-generation, embeddings or rerank as the runtime resolved it; empty until then."
+    )
+    source: str = Field("", description="How it was decided, e.g. 'model: output last_hidden_state without LM head'.")
 
 
 class PreviousPods(BaseModel):
@@ -557,6 +662,10 @@ class LLMServingStatus(BaseModel):
     )
     resourceDefaults: ResourceDefaultsStatus | None = Field(
         None, description="Requests of the runtime container the operator defaulted; absent when the spec sets all."
+    )
+    task: TaskStatus | None = Field(None, description="The task requested and the one the pods resolved.")
+    embeddings: EmbeddingsReport | None = Field(
+        None, description="Task embeddings: pooling and normalization as resolved (and where from), the model's size."
     )
     decisions: Decisions | None = Field(
         None,

@@ -126,6 +126,23 @@ def pipeline_status(f: Facts) -> api.PipelineStatus:
     return out
 
 
+def task_status(f: Facts) -> tuple[api.TaskStatus | None, Any]:
+    """status.task and status.embeddings: what the current spec's pods resolved (the first by name with a
+    resolved task; a pod that refused the task reports it unresolved)."""
+    if f.spec is None:
+        return None, None
+    out = api.TaskStatus(requested=f.spec.task)
+    reports = sorted((p for p in f.current if p.report is not None), key=lambda p: p.name)
+    resolved = [p for p in reports if p.report.task.resolved is not None]  # type: ignore[union-attr]
+    if not resolved:
+        return out, None
+    rep = resolved[0].report
+    assert rep is not None
+    out.resolved = rep.task.resolved.value if rep.task.resolved else None
+    out.source = rep.task.source
+    return out, rep.embeddings
+
+
 def previous_status(f: Facts) -> api.PreviousPods | None:
     """status.previous: pods of earlier specs that still exist, with what they run."""
     old = f.previous
@@ -210,6 +227,7 @@ def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.dateti
         # no current pod says (a rollout between its pods, a restart): keep the last record, so that the next
         # pod's record is compared with it (an image upgrade that changes a default is an Event)
         decided = Decisions.model_validate(previous["decisions"])
+    task, embeddings = task_status(f)
     typed = api.LLMServingStatus(
         observedGeneration=f.generation,
         phase=R.phase_of(ready.status.value, ready.reason),
@@ -221,6 +239,8 @@ def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.dateti
         endpoint=render.endpoint(f.name, f.namespace),
         previous=prev_pods,
         computedAt=stamp,
+        task=task,
+        embeddings=embeddings,
         decisions=decided,
         decisionsDiffer=differ,
         conditions=conditions,

@@ -173,11 +173,13 @@ class EmbeddingsReport(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    pooling: Decision  # CLS, MEAN or LAST_TOKEN; detail: where it came from
-    normalize: Decision  # "true" or "false"
-    dimensions: int  # the model's embedding size
-    maxLength: int | None = None  # longest input in tokens (longer ones are refused)
-    truncatableDimensions: bool = False  # `dimensions` below the model's size is honoured (Matryoshka models)
+    pooling: Decision = Field(..., description="CLS, MEAN or LAST_TOKEN; detail: where it came from.")
+    normalize: Decision = Field(..., description="L2 normalization: true or false; detail: where it came from.")
+    dimensions: int = Field(..., description="The model's embedding size.")
+    maxLength: int | None = Field(None, description="Longest input in tokens; longer ones are refused (400).")
+    truncatableDimensions: bool = Field(
+        False, description="A request's `dimensions` below the model's size is honoured (Matryoshka models)."
+    )
 
 
 class RuntimeReport(BaseModel):

@@ -335,7 +335,16 @@ def test_notes_render(tmp_path):
 
 # ----------------------------------------------------------------------------------------- examples
 
-EXAMPLE_FILES = ["cpu-auto.yaml", "pinned-lm-cb.yaml", "gpu.yaml", "pvc.yaml", "huggingface.yaml", "autoscaling.yaml"]
+EXAMPLE_FILES = [
+    "cpu-auto.yaml",
+    "pinned-lm-cb.yaml",
+    "gpu.yaml",
+    "pvc.yaml",
+    "huggingface.yaml",
+    "autoscaling.yaml",
+    "embeddings.yaml",
+    "rerank.yaml",
+]
 
 
 def test_examples_exist_and_nothing_else():
@@ -359,10 +368,15 @@ def test_examples_match_the_typed_spec(name):
         "pvc.yaml": ("AUTO", "CPU"),
         "huggingface.yaml": ("AUTO", "CPU"),
         "autoscaling.yaml": ("AUTO", "CPU"),
+        "embeddings.yaml": ("AUTO", "CPU"),
+        "rerank.yaml": ("AUTO", "CPU"),
     }
     assert (str(spec.pipelineType), str(spec.device)) == expected[name]
     if name in ("cpu-auto.yaml", "pinned-lm-cb.yaml"):
         assert spec.model.hostPath.path == "/var/cache/ovserve/models/tiny-llm"
+    if name in ("embeddings.yaml", "rerank.yaml"):
+        assert str(spec.task) in ("embeddings", "AUTO")
+        assert spec.model.hostPath.path == f"/var/cache/ovserve/models/{s['metadata']['name']}"
     if name == "huggingface.yaml":
         secret = next(d for d in docs if d["kind"] == "Secret")
         assert spec.model.huggingFace.tokenSecretRef.name == secret["metadata"]["name"]

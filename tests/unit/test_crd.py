@@ -92,6 +92,7 @@ def test_names_subresources_columns():
         ("Requested", ".spec.pipelineType"),
         ("Resolved", ".status.pipeline.resolved"),
         ("Fallback", ".status.pipeline.fallbackReason"),
+        ("Task", ".status.task.resolved"),
         ("Device", ".spec.device"),
         ("Ready", ".status.readyDisplay"),
         ("Phase", ".status.phase"),
