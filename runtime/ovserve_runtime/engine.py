@@ -351,6 +351,7 @@ class CBEngine(Engine):
         self._active: dict[int, tuple[GenRequest, Any]] = {}
         self._base = pipeline.get_config()
         self._metrics = None
+        self._usage = 0.0  # KV-cache usage (percent) of the last step; 0 once no request is in the pipeline
         self._dirty = False  # cancelled requests not yet dropped by a step
         self._out: list[tuple[GenRequest, str, Any]] = []  # this step's events, delivered in one callback
         self.step_s: float | None = None  # a moving average of step() wall times
@@ -367,8 +368,9 @@ class CBEngine(Engine):
         return max(0, self._running - self._unscheduled)
 
     def cache_usage(self) -> float | None:
-        m = self._metrics
-        return None if m is None else float(m.cache_usage)
+        """0 when no request is in the pipeline: nothing steps while idle, so the last step's figure would
+        stay (and a KVCacheUsage autoscaler would never scale down)."""
+        return self._usage if self._active else 0.0
 
     def cache_bytes(self) -> int | None:
         m = self._metrics
@@ -515,9 +517,12 @@ class CBEngine(Engine):
                     self.step_s = t if self.step_s is None else 0.8 * self.step_s + 0.2 * t
                     try:
                         self._metrics = pipe.get_metrics()  # about a microsecond
+                        self._usage = float(self._metrics.cache_usage)
                     except Exception:  # metrics are best effort
                         self._metrics = None
                 self._collect()
+                if not self._active:
+                    self._usage = 0.0  # a new burst reads 0 until its first step, not the last burst's end
                 scheduled = self._metrics.scheduled_requests if self._metrics is not None else len(self._active)
                 self._unscheduled = max(0, len(self._active) - scheduled)
                 if not self._active and not pipe.has_non_finished_requests():

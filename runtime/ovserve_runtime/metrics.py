@@ -66,7 +66,8 @@ class Metrics:
         )
         self.kv_cache = Gauge(
             "ovserve_kv_cache_usage_percent",
-            "KV-cache usage of the continuous batching pipeline (pipeline.get_metrics().cache_usage)",
+            "KV-cache usage of the continuous batching pipeline (pipeline.get_metrics().cache_usage at its "
+            "last step); 0 when no request is in the pipeline, and for the legacy pipeline",
             registry=r,
         )
         self.ready = Gauge("ovserve_ready", "1 when the pipeline is loaded and serving", registry=r)
@@ -137,7 +138,7 @@ class Metrics:
             queued, running = self.counts()
             self.queue_depth.set(queued)
             self.running.set(running)
+            # None: no figure (the legacy pipeline, a CB engine that broke): nothing is using a KV cache
             usage = e.cache_usage()
-            if usage is not None:
-                self.kv_cache.set(usage)
+            self.kv_cache.set(usage or 0.0)
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
