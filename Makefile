@@ -1,15 +1,21 @@
-# ovserve: the two commands a newcomer needs are `make demo` and `make test` (README.md).
+# ovserve: the two commands a newcomer needs are `make demo` and `make test` (README.md: what each one builds
+# and how long it takes cold). Everything built is cached outside git, so a second run only rebuilds what changed.
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 export OVSERVE_CLUSTER_DIR ?= /tmp/ovserve-cluster
 export OVSERVE_NETNS ?= ovserve
 
-.PHONY: demo test down lint unit deps binaries venv models image up status crds
-demo: deps binaries venv models up image  ## cluster + operator (Helm) + a sample LLMServing, then print its status
+.PHONY: demo test down lint unit deps binaries addons autoscaling venv models demo-models images image up status crds
+# The demo builds only what it shows: the control plane and helm, two tiny models and the images; not the
+# Python venv (the tests' and benchmarks'), nor KEDA and Prometheus (`make autoscaling`). The three build
+# in parallel: the Go builds keep the CPU busy while the others mostly download (the exporter venv, the
+# Debian base and the image's wheels).
+demo: deps  ## cluster + operator (Helm) + two LLMServings on tiny models + a chat completion (~12 min cold)
+	$(MAKE) --no-print-directory -j3 binaries demo-models images
 	hack/demo.sh
 
-test: deps binaries venv lint models  ## every test tier: unit, runtime, cluster, operator, chart, autoscaling
+test: deps binaries addons venv lint models  ## every test tier: unit, runtime, cluster, operator, chart, autoscaling
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
 
 unit: venv  ## the tests that need neither the cluster nor the models
@@ -24,10 +30,15 @@ lint: venv
 deps:
 	hack/install-deps.sh
 
-binaries:
+binaries:  ## the control plane, etcd, helm and the fake GPU device plugin (~9 min cold)
 	hack/build-binaries.sh
 	hack/deviceplugin/build.sh
+
+addons:  ## KEDA and Prometheus, for autoscaling (~12 min cold; make test and tests/autoscaling need them)
 	hack/build-addons.sh
+
+autoscaling: addons up  ## KEDA and Prometheus running on the local cluster (docs/autoscaling.md)
+	hack/cluster.sh autoscaling on
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -35,15 +46,21 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(VENV)/bin/pip install -q -c constraints.txt -e '.[runtime,operator,dev]'
 	touch $@
 
-models:
+models:  ## every tiny test model (~3 min cold, most of it the exporter venv)
 	hack/models/build.sh
 	hack/models/chat/build.sh
+
+demo-models:  ## the two models the demo serves
+	hack/models/build.sh tiny-llm tiny-llm-nosdpa
 
 up:
 	hack/cluster.sh up
 
 status:
 	hack/cluster.sh status
+
+images:  ## the pause and project images (~3 min cold); imported into the node when the cluster runs
+	hack/images.sh all
 
 image: up
 	hack/images.sh all

@@ -350,7 +350,7 @@ M
 autoscaling() {
   case ${1:-status} in
     on)
-      autoscaling_ready || { log "autoscaling needs Prometheus and KEDA: run hack/build-addons.sh (make binaries)"; exit 1; }
+      autoscaling_ready || { log "autoscaling needs Prometheus and KEDA: run hack/build-addons.sh (make addons)"; exit 1; }
       alive apiserver || { log "cluster not up"; exit 1; }
       if ! grep -q -- --proxy-client-cert-file "/proc/$(cat "$ST/apiserver.pid")/cmdline" 2>/dev/null; then
         # a cluster started by an older hack/: restart only the apiserver, now with the aggregation layer
@@ -398,7 +398,7 @@ autoscaling_default() {
   case ${OVSERVE_AUTOSCALING:-auto} in
     off) ;;
     on) autoscaling on;;
-    *) if autoscaling_ready; then autoscaling on; else log "autoscaling add-ons not built: skipped (hack/build-addons.sh)"; fi;;
+    *) if autoscaling_ready; then autoscaling on; else log "autoscaling add-ons not built: skipped (hack/build-addons.sh, make addons)"; fi;;
   esac
 }
 

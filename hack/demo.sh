@@ -9,7 +9,8 @@ K() { "$here/cluster.sh" kubectl "$@"; }
 H() { "$here/cluster.sh" exec "$BIN_DIR/helm" "$@"; }
 log() { printf '[demo %s] %s\n' "$(date +%T)" "$*" >&2; }
 
-"$here/cluster.sh" up
+# KEDA and Prometheus are no part of the demo (`make autoscaling` adds them); up leaves them as they are
+OVSERVE_AUTOSCALING=${OVSERVE_AUTOSCALING:-off} "$here/cluster.sh" up
 "$here/images.sh" all >/dev/null
 for ns in ovserve-system demo; do
   K create namespace "$ns" --dry-run=client -o yaml | K apply -f - >/dev/null

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import _cluster_script
+from tests.conftest import HACK, _cluster_script, run_on_host_network
 from tests.operator.conftest import crd, start_operator  # noqa: F401  (fixtures shared with the operator tier)
 from tests.operator.test_operator_e2e import runtime  # noqa: F401
 
@@ -19,7 +19,11 @@ PROMETHEUS = f"http://{NODE_IP}:9090"
 
 @pytest.fixture(scope="session")
 def addons(cluster) -> str:
-    """Prometheus + KEDA (idempotent: started by `up` when built; started here otherwise)."""
+    """Prometheus + KEDA, built when missing (hack/build-addons.sh: `make test` builds them first, `make demo`
+    never; ~12 min cold) and started (idempotent: started by `up` when built; started here otherwise)."""
+    proc = run_on_host_network(["bash", str(HACK / "build-addons.sh")], timeout=3600)  # the Go module proxy
+    if proc.returncode != 0:
+        pytest.fail(f"hack/build-addons.sh failed:\n{proc.stderr[-4000:]}", pytrace=False)
     proc = _cluster_script("autoscaling", "on", timeout=300)
     if proc.returncode != 0:
         pytest.fail(f"hack/cluster.sh autoscaling on failed:\n{proc.stderr[-4000:]}", pytrace=False)
