@@ -101,8 +101,8 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
 
     from . import tasks
     from .engine import SchedulerOptions
+    from .http import App, ServerConfig, failed_state
     from .loader import LoadFailure, LoadOptions
-    from .server import App, ServerConfig, failed_state
 
     requested = args.pipeline_type
     report = RuntimeReport(
@@ -198,6 +198,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         "decisions": record,
         "task": loaded.task,
         "embeddings": loaded.embeddings,
+        "capabilities": app.capabilities(),
     }
     report = report.model_copy(update=update)
     app.set_report(report)

@@ -59,6 +59,8 @@ CONFIG_FIELDS = (
     "temperature",
     "top_p",
     "top_k",
+    "min_p",
+    "min_new_tokens",
     "rng_seed",
     "presence_penalty",
     "frequency_penalty",
@@ -81,8 +83,16 @@ def recv(conn):
     return pickle.loads(conn.recv_bytes())
 
 
+# StructuredOutputConfig fields the server sets (a regex or a grammar); it crosses the pipe as a dict of them
+STRUCTURED_FIELDS = ("json_schema", "regex", "grammar")
+
+
 def config_to_dict(cfg) -> dict[str, Any]:
-    return {k: getattr(cfg, k) for k in CONFIG_FIELDS}
+    d = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
+    so = cfg.structured_output_config
+    if so is not None:
+        d["structured_output_config"] = {k: getattr(so, k) for k in STRUCTURED_FIELDS if getattr(so, k)}
+    return d
 
 
 def config_from_dict(d: dict[str, Any]):
@@ -90,6 +100,8 @@ def config_from_dict(d: dict[str, Any]):
 
     c = g.GenerationConfig()
     for k, v in d.items():
+        if k == "structured_output_config":
+            v = g.StructuredOutputConfig(**v)
         setattr(c, k, v)
     return c
 

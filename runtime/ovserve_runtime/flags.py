@@ -221,6 +221,26 @@ class RuntimeFlags(BaseModel):
         shown="33554432 (32 MiB)",
         ge=1,
     )
+    body_timeout_seconds: float = _flag(
+        30.0,
+        Group.SERVER,
+        "S",
+        "a request body must arrive within this long (else 408 request_timeout); a request is admitted (counted "
+        "against --max-queued-requests and in ovserve_queue_depth) only once its body is read",
+        ge=0.1,
+        le=3600,
+        allow_inf_nan=False,
+    )
+    liveness_stall_seconds: float = _flag(
+        60.0,
+        Group.SERVER,
+        "S",
+        "progress watchdog: requests are generating and no token came for this long (or 50 engine step times, "
+        "whichever is longer): /v2/health/live answers 503 (the kubelet restarts the hung runtime)",
+        ge=0.1,
+        le=86400,
+        allow_inf_nan=False,
+    )
     max_images: int = _flag(
         16,
         Group.SERVER,

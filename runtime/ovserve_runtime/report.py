@@ -182,6 +182,19 @@ class EmbeddingsReport(BaseModel):
     )
 
 
+class Capabilities(BaseModel):
+    """What the serving model and pipeline can serve beyond plain text (docs/runtime.md, "OpenAI API")."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    structuredOutput: bool = Field(False, description="response_format json_object and json_schema")
+    images: bool = Field(False, description="image_url content parts (a VLM pipeline)")
+    toolParser: str | None = Field(None, description="the tool-call parser in use; null: tools are refused")
+    reasoningParser: str | None = Field(None, description="the reasoning parser in use; null: none")
+    maxContext: int | None = Field(None, description="the model's context (max position embeddings), tokens")
+    maxPromptTokens: int | None = Field(None, description="the longest prompt accepted, tokens")
+
+
 class RuntimeReport(BaseModel):
     """GET /v1/status. `model` is the served model name, `device` the OpenVINO device (CPU, GPU)."""
 
@@ -196,6 +209,7 @@ class RuntimeReport(BaseModel):
     decisions: Decisions | None = Field(None, description="Resolved settings; null until the pipeline is loaded.")
     task: TaskReport = Field(default_factory=TaskReport)
     embeddings: EmbeddingsReport | None = None  # task embeddings only
+    capabilities: Capabilities | None = Field(None, description="null until the model is loaded")
 
     def to_line(self) -> str:
         """One JSON line, as written to stderr and the termination-message file (the kubelet keeps 4 KiB of it:
@@ -217,6 +231,7 @@ class RuntimeReport(BaseModel):
 
 __all__ = [
     "CB_PIPELINES",
+    "Capabilities",
     "Decision",
     "Decisions",
     "EmbeddingsReport",

@@ -134,7 +134,7 @@ def test_extreme_valid_values_are_served(cb_server):
 def test_generation_config_holds_every_bound():
     """The request bounds fit the GenerationConfig field types (values past them used to raise TypeError: 500)."""
     import openvino_genai as g
-    from ovserve_runtime.openai_request import MAX_SEED, MAX_TOKENS, MAX_TOP_K
+    from ovserve_runtime.openai.request import MAX_SEED, MAX_TOKENS, MAX_TOP_K
 
     c = g.GenerationConfig()
     c.max_new_tokens, c.top_k, c.rng_seed = MAX_TOKENS, MAX_TOP_K, MAX_SEED

@@ -180,7 +180,7 @@ def test_the_server_and_the_scheduler_take_every_value_of_their_flags():
     import dataclasses
 
     from ovserve_runtime.engine import SchedulerOptions
-    from ovserve_runtime.server import ServerConfig
+    from ovserve_runtime.http import ServerConfig
 
     for f in dataclasses.fields(SchedulerOptions):
         assert f.name in RuntimeFlags.model_fields, f.name

@@ -1,11 +1,11 @@
-"""The typed request bodies (ovserve_runtime.openai_request): every invalid value is one named 400 error."""
+"""The typed request bodies (ovserve_runtime.openai.request): every invalid value is one named 400 error."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from ovserve_runtime.openai_request import (
+from ovserve_runtime.openai.request import (
     MAX_SEED,
     MAX_TOKENS,
     ChatRequest,

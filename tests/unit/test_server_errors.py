@@ -7,8 +7,8 @@ import json
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from ovserve_runtime.http import App, ServerConfig
 from ovserve_runtime.report import PipelineReport, PipelineType, Reason, RuntimeReport, State
-from ovserve_runtime.server import App, ServerConfig
 
 KEYS = {"message", "type", "param", "code"}
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..encoder import encode_rows
 from ..flags import Pooling, RuntimeFlags
-from ..openai_request import RequestError, error_of
+from ..openai.request import RequestError, error_of
 from ..report import EmbeddingsReport
 from .facts import embedding_size, read_facts, read_sentence_transformers
 from .resolve import EmbeddingsPlan, TaskFailure, resolve_embeddings
@@ -92,7 +92,7 @@ class Embeddings:
         self.normalized = report.normalize.value == "true"
 
     def prepare(self, raw: bytes) -> tuple[Job, Context]:
-        from ..server import ApiError
+        from ..openai.errors import ApiError
 
         body = parse(raw)
         if body.model is not None and body.model != self.served_name:

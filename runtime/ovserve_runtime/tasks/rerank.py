@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..flags import RuntimeFlags
-from ..openai_request import RequestError, error_of
+from ..openai.request import RequestError, error_of
 from .worker import Job, TaskEngine
 
 SMOKE_QUERY, SMOKE_DOCS = "hello", ["hello world"]
@@ -82,7 +82,7 @@ class Rerank:
         self.max_documents = max_documents
 
     def prepare(self, raw: bytes) -> tuple[Job, Context]:
-        from ..server import ApiError
+        from ..openai.errors import ApiError
 
         body, texts = parse(raw, self.max_documents)
         if body.model is not None and body.model != self.served_name:

@@ -1,7 +1,7 @@
 """The HTTP path shared by the embeddings and rerank endpoints: admission (429 beyond the bound), body limit,
 readiness, the job's trip through the task engine, the drain and the fatal path, metrics. A task module
 supplies `prepare(raw) -> (job, context)` (validation and tokenization, run off the event loop) and
-`respond(job, result, context) -> dict`. Everything else is the generation path's own machinery (server.App:
+`respond(job, result, context) -> dict`. Everything else is the generation path's own machinery (http.App:
 its Admission, Drain, Metrics), so the guarantees of docs/runtime.md hold for every task."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 from aiohttp import web
 
 from ..engine import EngineError, Events
-from ..openai_request import RequestError
+from ..openai.errors import ApiError, event_error
+from ..openai.request import RequestError
 from ..report import State, Task
-from ..server import ApiError, _event_error
 from .worker import Job
 
 log = logging.getLogger("ovserve.tasks")
@@ -35,7 +35,7 @@ def wrong_task(served: Task | None, path: str, wanted: Task) -> ApiError:
 
 
 class TaskHandler:
-    """One task's endpoint on the server `app` (server.App)."""
+    """One task's endpoint on the server `app` (http.App)."""
 
     def __init__(self, app: Any, task: Task, endpoint: str) -> None:
         self.app = app
@@ -50,13 +50,17 @@ class TaskHandler:
         served = app.report.task.resolved
         if served is not None and served != self.task:
             raise wrong_task(served, request.path, self.task)
+        try:
+            raw = await app._read_body(request)  # before admission: an upload in progress holds no place
+        except ApiError as err:
+            app.metrics.requests.labels(self.endpoint, str(err.status)).inc()
+            return web.json_response(err.body(), status=err.status, headers=err.headers)
         if not app.admission.try_admit():
             app.metrics.requests.labels(self.endpoint, "429").inc()
             return app._queue_full()
         status = "200"
         job: Job | None = None
         try:
-            raw = await app._read_body(request)
             engine = app.engine
             if engine is None or self.prepare is None or app.report.state != State.READY:
                 raise ApiError(
@@ -75,7 +79,7 @@ class TaskHandler:
             app.drain.track(job)
             kind, value = await job.events.get()
             if kind == "error":
-                raise _event_error(value)
+                raise event_error(value)
             body = self.respond(job, value, context)
             duration = time.monotonic() - arrived
             app.metrics.e2e.observe(duration)
@@ -84,7 +88,7 @@ class TaskHandler:
             return web.json_response(body)
         except ApiError as err:
             status = str(err.status)
-            return err.response()
+            return web.json_response(err.body(), status=err.status, headers=err.headers)
         except (asyncio.CancelledError, ConnectionResetError):
             status = "499"
             raise

@@ -4,18 +4,26 @@
 turns the FIRST validation error into a `RequestError` naming the field (`param`, a dotted path such as
 `messages[0].content` or `temperature`) with an OpenAI-style `code`. Strict means what OpenAI clients send:
 `"stream": "false"` is not a boolean, `true` is not a number, `1.0` is not an integer, NaN/Infinity are not
-numbers. Fields OpenAI clients send that the runtime does not use are ignored; values it cannot honour
-(`n` > 1, `logprobs`, `echo`, ...) are refused. Every bound keeps a value inside what the openvino-genai
-GenerationConfig field types hold (size_t), so a valid body never makes the server fail later.
+numbers. Every bound keeps a value inside what the openvino-genai GenerationConfig field types hold (size_t),
+so a valid body never makes the server fail later.
+
+Nothing is ignored (docs/runtime.md, "OpenAI API"): every field of OpenAI's schema is declared here, and is
+either honoured, or accepted because it cannot change the answer (`user`, `metadata`, `store`, ...), or
+refused with 400 naming it when set to a value this server cannot honour (`unsupported_value`). A field
+outside OpenAI's schema and the vendor fields below is refused (`unknown_parameter`), as OpenAI does: a
+misspelt `max_token` must not pass silently. Vendor sampling fields honoured: `top_k`, `min_p`,
+`repetition_penalty`, `min_tokens`, `ignore_eos`. Refusals that depend on the pipeline serving the model
+(structured output on a VLM, ...) are `support.check`'s.
 
 Pure (pydantic only): the server calls `parse` off the event loop.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 # Bounds. size_t fields (max_new_tokens, top_k, rng_seed) hold 64 bits; max_tokens and top_k stay far
@@ -25,9 +33,13 @@ MAX_TOP_K = 2**31 - 1
 MAX_SEED = 2**64 - 1
 MAX_STOP = 16
 MAX_STOP_CHARS = 1024
+MAX_SCHEMA_BYTES = 64 * 1024  # a json_schema this large is refused before it is compiled
 # GenerationConfig floats are float32: a positive double below this rounds to 0 there and fails its
 # "strictly positive" checks at generation time. Temperatures below it mean greedy (vLLM does the same).
 MIN_POSITIVE = 1e-6
+
+# Why a field is refused (the 400's message; the docs table says the same)
+TOOLS_LATER = "tool calling is not supported by this server yet"
 
 
 class RequestError(Exception):
@@ -38,16 +50,32 @@ class RequestError(Exception):
         self.message, self.param, self.code = message, param, code
 
 
+def refuse_unless(why: str, *allowed: Any):
+    """A validator that refuses every value but `allowed` (None always passes: the field is unset)."""
+
+    def check(v: Any) -> Any:
+        if v is not None and v not in allowed:
+            raise PydanticCustomError("unsupported_value", why)
+        return v
+
+    return AfterValidator(check)
+
+
+def refuse(why: str):
+    return refuse_unless(why)
+
+
 Float = Annotated[float, Field(allow_inf_nan=False)]
 Penalty = Annotated[float, Field(allow_inf_nan=False, ge=-2, le=2)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
 class StreamOptions(_Strict):
     include_usage: bool | None = None
+    include_obfuscation: Annotated[bool | None, refuse_unless("stream obfuscation is not supported", False)] = None
 
 
 class ImageURL(_Strict):
@@ -56,11 +84,19 @@ class ImageURL(_Strict):
 
 
 class ContentPart(_Strict):
-    """A chat content part: `{"type": "text", "text"}` or `{"type": "image_url", "image_url": {"url"}}`."""
+    """A chat content part: `{"type": "text", "text"}` or `{"type": "image_url", "image_url": {"url"}}`.
+    Audio and file parts are refused (`type`)."""
 
     type: Literal["text", "image_url"]
     text: str | None = None
     image_url: ImageURL | None = None
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _known(cls, v: Any) -> Any:
+        if v in ("input_audio", "file", "refusal"):
+            raise PydanticCustomError("unsupported_value", f"'{v}' content parts are not supported by this server")
+        return v
 
     @field_validator("image_url", mode="before")
     @classmethod
@@ -80,12 +116,54 @@ class Message(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     # None (an assistant turn with tool calls), a string, or a list of parts; a string becomes one part
     content: list[ContentPart] | None = None
-    name: str | None = None
+    name: str | None = None  # accepted: the chat template input has role and content only
+    refusal: Annotated[str | None, refuse("an assistant refusal cannot be given to the chat template")] = None
+    audio: Annotated[Any, refuse("audio is not supported by this server")] = None
+    tool_calls: Annotated[Any, refuse(TOOLS_LATER)] = None
+    tool_call_id: Annotated[Any, refuse(TOOLS_LATER)] = None
+    function_call: Annotated[Any, refuse(TOOLS_LATER)] = None
+
+    @field_validator("role")
+    @classmethod
+    def _no_tool_role(cls, v: str) -> str:
+        if v in ("tool", "function"):
+            raise PydanticCustomError("unsupported_value", f"'{v}' messages: {TOOLS_LATER}")
+        return v
 
     @field_validator("content", mode="before")
     @classmethod
     def _text(cls, v: Any) -> Any:
         return [{"type": "text", "text": v}] if isinstance(v, str) else v
+
+
+class JSONSchemaFormat(_Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    # strict: the output always matches the schema here (constrained decoding), strict or not
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_")
+    @classmethod
+    def _size(cls, v: dict | None) -> dict | None:
+        if v is not None and len(json.dumps(v)) > MAX_SCHEMA_BYTES:
+            raise PydanticCustomError("invalid_value", f"the schema is larger than {MAX_SCHEMA_BYTES} bytes")
+        return v
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise PydanticCustomError("missing", "'json_schema' is required when 'type' is 'json_schema'")
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise PydanticCustomError("invalid_value", "'json_schema' is only allowed when 'type' is 'json_schema'")
+        return self
 
 
 class _Common(_Strict):
@@ -95,15 +173,18 @@ class _Common(_Strict):
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     temperature: Float | None = Field(None, ge=0, le=2)
     top_p: Float | None = Field(None, ge=MIN_POSITIVE, le=1)
-    top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)  # extension; 0 = off
+    top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)  # vendor; 0 = off
+    min_p: Float | None = Field(None, ge=0, le=1)  # vendor; 0 = off
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    repetition_penalty: Float | None = Field(None, ge=MIN_POSITIVE, le=100)  # extension
+    repetition_penalty: Float | None = Field(None, ge=MIN_POSITIVE, le=100)  # vendor
     stop: list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] | None = Field(None, max_length=MAX_STOP)
     n: int | None = Field(None, ge=1, le=1)
-    ignore_eos: bool | None = None  # extension
-    user: str | None = None
+    ignore_eos: bool | None = None  # vendor
+    min_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)  # vendor: no EOS before this many tokens
+    user: str | None = None  # accepted: no effect on the answer
+    logit_bias: Annotated[dict[str, Any] | None, refuse_unless("logit_bias is not supported by this server", {})] = None
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -129,27 +210,31 @@ class _Common(_Strict):
         return self.max_tokens
 
 
-def _unsupported(v: Any, ok: tuple) -> Any:
-    if v not in ok:
-        raise PydanticCustomError("unsupported_value", "this value is not supported by this server")
-    return v
-
-
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: bool | None) -> bool | None:
-        return _unsupported(v, (None, False))
-
-    @field_validator("top_logprobs")
-    @classmethod
-    def _no_top_logprobs(cls, v: int | None) -> int | None:
-        return _unsupported(v, (None, 0))
+    logprobs: Annotated[bool | None, refuse_unless("logprobs are not supported by this server", False)] = None
+    top_logprobs: Annotated[int | None, refuse_unless("top_logprobs are not supported by this server", 0)] = None
+    response_format: ResponseFormat | None = None
+    # accepted: no effect on the answer
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    # tools: the "tools" integration honours these; until then anything that would change the answer is refused
+    tools: Annotated[list[Any] | None, refuse_unless(TOOLS_LATER, [])] = None
+    tool_choice: Annotated[Any, refuse_unless(TOOLS_LATER, "none")] = None
+    parallel_tool_calls: bool | None = None  # no effect without tools
+    functions: Annotated[list[Any] | None, refuse_unless(TOOLS_LATER, [])] = None
+    function_call: Annotated[Any, refuse_unless(TOOLS_LATER, "none")] = None
+    # refused: this server generates text only, without those features
+    modalities: Annotated[list[str] | None, refuse_unless("only the 'text' modality is supported", ["text"])] = None
+    audio: Annotated[Any, refuse("audio output is not supported by this server")] = None
+    prediction: Annotated[Any, refuse("predicted outputs are not supported by this server")] = None
+    reasoning_effort: Annotated[Any, refuse("reasoning_effort is not supported by this server")] = None
+    verbosity: Annotated[Any, refuse("verbosity is not supported by this server")] = None
+    web_search_options: Annotated[Any, refuse("web search is not supported by this server")] = None
 
     def new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -157,35 +242,15 @@ class ChatRequest(_Common):
 
 class CompletionRequest(_Common):
     prompt: list[str] = Field(min_length=1, max_length=1)  # a string, or a list of one string
-    echo: bool | None = None
-    best_of: int | None = None
-    logprobs: int | None = None
-    suffix: str | None = None
+    echo: Annotated[bool | None, refuse_unless("echo is not supported by this server", False)] = None
+    best_of: Annotated[int | None, refuse_unless("best_of is not supported by this server", 1)] = None
+    logprobs: Annotated[int | None, refuse_unless("logprobs are not supported by this server", 0)] = None
+    suffix: Annotated[str | None, refuse_unless("suffix is not supported by this server", "")] = None
 
     @field_validator("prompt", mode="before")
     @classmethod
     def _one_prompt(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
-
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, v: bool | None) -> bool | None:
-        return _unsupported(v, (None, False))
-
-    @field_validator("best_of")
-    @classmethod
-    def _no_best_of(cls, v: int | None) -> int | None:
-        return _unsupported(v, (None, 1))
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: int | None) -> int | None:
-        return _unsupported(v, (None, 0))
-
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, v: str | None) -> str | None:
-        return _unsupported(v, (None, ""))
 
     @property
     def text(self) -> str:
@@ -215,6 +280,8 @@ _HINTS = {
     "stop": f"must be a string or a list of up to {MAX_STOP} strings",
     "prompt": "must be a string or a list of one string (one prompt per request)",
 }
+# model validators raise these: the field they name is added to the location
+_MODEL_ERRORS = {"stream_options": "stream_options"}
 
 
 def param_path(loc: tuple) -> str | None:
@@ -237,8 +304,10 @@ def error_of(exc: ValidationError) -> RequestError:
         return RequestError("the request body must be a JSON object", None, "invalid_json")
     if kind == "missing" and err["msg"] == "Field required":
         return RequestError(f"Missing required parameter: '{param}'", param, _CODES[kind])
-    if kind == "stream_options":  # raised by the model validator: no field location of its own
-        param = "stream_options"
+    if kind == "extra_forbidden":
+        return RequestError(f"Unrecognized request argument supplied: '{param}'", param, "unknown_parameter")
+    if kind in _MODEL_ERRORS:  # raised by a model validator: no field location of its own
+        param = _MODEL_ERRORS[kind]
     code = "invalid_type" if kind in _TYPE_ERRORS else _CODES.get(kind, "invalid_value")
     msg = err["msg"]
     last = err["loc"][-1] if err["loc"] else None

@@ -1,0 +1,141 @@
+"""The per-request output path: engine token ids -> text -> the response body or stream chunks.
+
+`collect` gathers a non-streaming answer (one decode at the end). `StreamOutput` runs a stream: the
+handler writes what its events bring; once the first chunk is out, the engine's delivery callback hands a
+step's tokens to `sink` directly (no handler wake-up: a task wake-up per token per stream was the largest
+part of the HTTP process's per-token time). The stream interval lives here: text that comes within
+`interval` of the stream's last write is held and goes out in one chunk at the end of the interval.
+
+Tools/reasoning (ovserve "tools" helper): text deltas become chunks in `StreamOutput._text_chunk` and the
+final message in `collect`; an output parser plugs in there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..detok import Detokenizer
+from ..openai.errors import event_error
+from ..openai.responses import DONE, Chunks, usage
+from .sse import SSEWriter
+
+
+async def events(greq):
+    """A request's events up to and including its last one."""
+    while True:
+        kind, value = await greq.events.get()
+        yield kind, value
+        if kind != "tokens":
+            return
+
+
+async def collect(greq, tokenizer) -> tuple[str, str]:
+    """(text, finish_reason) of a non-streaming request; raises the ApiError of an error event."""
+    detok = Detokenizer(tokenizer)  # one decode at the end: no table needed
+    greq.sink = lambda ids: detok.ids.extend(ids) or True  # tokens gather without waking the handler
+    finish = "stop"
+    async for kind, value in events(greq):
+        if kind == "tokens":
+            detok.ids.extend(value)
+        elif kind == "error":
+            raise event_error(value)
+        else:
+            finish = value
+    return detok.flush(), finish
+
+
+class StreamOutput:
+    """One stream's output: detokenizer, held text (stream interval) and the writer."""
+
+    def __init__(self, greq, writer: SSEWriter, chunks: Chunks, detok: Detokenizer, interval: float) -> None:
+        self.greq, self.writer, self.chunks, self.detok = greq, writer, chunks, detok
+        self.interval = interval
+        self.loop = asyncio.get_running_loop()
+        self.held: list[str] = []  # text waiting for this stream's next write
+        self.timer: asyncio.TimerHandle | None = None  # the write of the held text
+        self.due = 0.0  # loop time of this stream's next write: text before it is held
+
+    # --- the sink: called by the engine's delivery on the event loop -------------------------------
+    def sink(self, ids: list[int]) -> bool:
+        """A step's tokens straight to the socket. Declines (False) while a write of the handler's is
+        pending or the client is behind: then the event is queued and the handler takes over."""
+        if not self.writer.can_write_now():
+            return False
+        delta = self.detok.add(ids)
+        if delta:
+            if self.held or (self.interval and self.loop.time() < self.due):
+                self.held.append(delta)
+                if self.timer is None:
+                    self.timer = self.loop.call_at(self.due, self._release)
+            else:
+                self._send_now(delta)
+        return True
+
+    def _send_now(self, text: str) -> None:
+        self.writer.write_now(self._text_chunk(text))
+        self.due = self.loop.time() + self.interval
+
+    def _release(self) -> None:
+        self.timer = None
+        if not self.held:
+            return
+        if self.writer.can_write_now():
+            self._send_now(self.take_held())
+        else:  # the handler writes the held text before whatever comes next
+            self.greq.events.put_nowait(("tokens", []))
+
+    def take_held(self) -> str:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        text = "".join(self.held)
+        self.held.clear()
+        return text
+
+    def _text_chunk(self, text: str) -> bytes:
+        return self.chunks.text(text)
+
+    # --- the handler's side ----------------------------------------------------------------------
+    async def run(self, first_event: tuple, prompt_tokens: int) -> None:
+        """Write the stream from its first event to [DONE]."""
+        greq, chunks = self.greq, self.chunks
+        out = [chunks.first()] if chunks.chat else []  # not yet written: the role chunk goes with the first text
+        finish: str | None = "stop"
+        pending = [first_event]
+        try:
+            while True:
+                kind, value = pending.pop() if pending else await greq.events.get()
+                if kind == "tokens":
+                    # tokens that queued up while the handler waited go out in one chunk
+                    while not greq.events.empty():
+                        nxt = greq.events.get_nowait()
+                        if nxt[0] != "tokens":
+                            pending.append(nxt)
+                            break
+                        value = value + nxt[1]
+                    delta = self.take_held() + (self.detok.add(value) if value else "")
+                    if delta:
+                        out.append(self._text_chunk(delta))
+                    if out and not pending:  # the stream goes on (when its end is queued, one write for both)
+                        await self.writer.write(b"".join(out))
+                        out = []
+                        self.due = self.loop.time() + self.interval
+                        greq.sink = self.sink
+                    continue
+                if kind == "error":
+                    out.append(chunks.error(event_error(value)))
+                    finish = None
+                else:
+                    finish = value
+                break
+            tail = self.take_held() + (self.detok.flush() if finish is not None else "")  # none after an error
+            if tail:
+                out.append(self._text_chunk(tail))
+            if finish is not None:
+                out.append(chunks.finish(finish))
+            if chunks.include_usage:
+                out.append(chunks.usage(usage(prompt_tokens, greq.generated)))
+            out.append(DONE)
+            await self.writer.close(b"".join(out))  # the end of the stream in one write
+        finally:
+            self.take_held()  # no held text may reach this connection after the handler (keep-alive reuse)

@@ -1,0 +1,143 @@
+"""A request body -> an engine GenRequest: validation, pipeline checks, prompt assembly, the prompt-size
+pre-check, tokenization (by the caller, the batch encoder), context limits and the generation config.
+
+`stage` runs on the event loop for a small body and in the bounded pool otherwise; `build` after
+tokenization. Both raise ApiError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..openai import grammar, prompt, support
+from ..openai.errors import ApiError, unknown_model
+from ..openai.request import ChatRequest, CompletionRequest, RequestError, parse
+from ..openai.sampling import generation_fields
+from ..report import State
+
+
+@dataclass
+class Staged:
+    body: ChatRequest | CompletionRequest
+    prompt: str
+    images: list
+    constraint: dict[str, str] | None  # StructuredOutputConfig keyword arguments
+
+
+def stage(app, raw: bytes, chat: bool) -> Staged:
+    """(body, prompt text, images, constraint) of a valid request for this model, or ApiError."""
+    try:
+        body = parse(raw, chat)
+    except RequestError as exc:
+        raise ApiError(400, exc.message, param=exc.param, code=exc.code) from None
+    if body.model is not None and body.model != app.cfg.served_name:
+        raise unknown_model(body.model, app.cfg.served_name)
+    engine = app.engine
+    if engine is None or app.report.state != State.READY:
+        raise ApiError(
+            503, f"the model is not ready (state {app.report.state})", "server_error", code="model_not_ready"
+        )
+    if engine.fatal is not None:
+        raise ApiError(503, f"the pipeline failed: {engine.fatal}", "server_error", code="pipeline_failed")
+    support.check(body, app.support)
+    constraint = None
+    if isinstance(body, ChatRequest):
+        try:
+            constraint = grammar.constraint(body.response_format)
+        except grammar.GrammarError as exc:
+            raise ApiError(400, str(exc), param="response_format", code="invalid_value") from None
+        text, images = chat_prompt(app, engine, body)
+    else:
+        text, images = body.text, []
+    precheck(app, text, "messages" if chat else "prompt")
+    return Staged(body, text, images, constraint)
+
+
+def chat_prompt(app, engine, body: ChatRequest) -> tuple[str, list]:
+    from ..images import ImageBudget, ImageError, ImageLimits, decode_data_url, to_tensor
+
+    cfg = app.cfg
+    limits = ImageLimits(
+        max_images=cfg.max_images, max_pixels=cfg.max_image_pixels, max_decoded_bytes=cfg.max_decoded_image_bytes
+    )
+    budget = ImageBudget(limits)
+
+    def decode(url: str, param: str) -> Any:
+        try:
+            return to_tensor(decode_data_url(url, budget))
+        except ImageError as exc:
+            raise ApiError(exc.status, str(exc), param=param, code=exc.code) from exc
+
+    flat, images = prompt.template_messages(body.messages, engine.is_vlm, limits.max_images, decode)
+    return prompt.render(engine.tokenizer.apply_chat_template, flat), images
+
+
+def precheck(app, text: str, param: str) -> None:
+    """A prompt whose characters cannot fit the token limit is refused before it is tokenized (no token is
+    longer than `app.max_token_chars` characters, so it has at least len/that many tokens)."""
+    limit = app.prompt_limit
+    if limit is None or not app.max_token_chars:
+        return
+    if len(text) > limit * app.max_token_chars:
+        raise ApiError(
+            400,
+            f"the prompt has {len(text)} characters: more than the limit of {limit} tokens can hold "
+            f"(refused before tokenizing)",
+            param=param,
+            code="context_length_exceeded",
+        )
+
+
+def build(app, engine, staged: Staged, ids) -> tuple[Any, int]:
+    import openvino as ov
+
+    from ..engine import GenRequest
+
+    body = staged.body
+    chat = isinstance(body, ChatRequest)
+    max_tokens = body.new_tokens()
+    max_param = "max_completion_tokens" if chat and body.max_completion_tokens is not None else "max_tokens"
+
+    # ids: the encoder's (chat: the template carries its own special tokens; completions: with BOS)
+    prompt_tokens = len(ids)
+    limit = app.prompt_limit
+    param = "messages" if chat else "prompt"
+    if limit is not None and prompt_tokens > limit:
+        raise ApiError(
+            400,
+            f"the prompt has {prompt_tokens} tokens, more than the limit of {limit}",
+            param=param,
+            code="context_length_exceeded",
+        )
+    room = (app.max_position - prompt_tokens) if app.max_position else None
+    if max_tokens is None:
+        max_tokens = app.cfg.default_max_tokens
+        if room is not None:
+            max_tokens = max(1, min(max_tokens, room))
+    elif room is not None and max_tokens > room:
+        raise ApiError(
+            400,
+            f"prompt ({prompt_tokens} tokens) + {max_param} ({max_tokens}) exceeds the "
+            f"model's context of {app.max_position} tokens",
+            param=max_param,
+            code="context_length_exceeded",
+        )
+
+    cfg = engine.new_config()
+    for name, value in generation_fields(body, max_tokens).items():
+        setattr(cfg, name, value)
+    if staged.constraint is not None:
+        import openvino_genai as g
+
+        cfg.structured_output_config = g.StructuredOutputConfig(**staged.constraint)
+    try:  # openvino-genai's own checks, here rather than as a failure at generation time
+        cfg.validate()
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()[-1]
+        raise ApiError(400, f"invalid generation parameters: {msg}", code="invalid_value") from exc
+    if engine.is_vlm:
+        greq = GenRequest(config=cfg, max_new_tokens=max_tokens, prompt=staged.prompt, images=staged.images)
+    else:
+        greq = GenRequest(config=cfg, max_new_tokens=max_tokens, input_ids=ov.Tensor(ids.reshape(1, -1)))
+    return greq, prompt_tokens

@@ -1,0 +1,72 @@
+"""Chat prompt assembly: the request's messages as the chat template's input.
+
+`template_messages` flattens each message's parts to one string (an image part becomes the VLM pipeline's
+`<ov_genai_image_N>` placeholder, its decoded image appended to the request's images); `render` applies the
+model's chat template (a plain transcript for a model without one). Pure but for the callables it is given
+(image decoding, the tokenizer's template).
+
+Tools (ovserve "tools" helper): `render` is where `tools=` reaches the chat template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .errors import ApiError
+from .request import Message
+
+
+def image_parts(messages: list[Message]) -> list[tuple[int, int]]:
+    return [
+        (i, j) for i, m in enumerate(messages) for j, part in enumerate(m.content or ()) if part.type == "image_url"
+    ]
+
+
+def template_messages(
+    messages: list[Message], is_vlm: bool, max_images: int, decode: Callable[[str, str], Any]
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """(messages for the chat template, images in placeholder order). `decode(url, param)` returns one image
+    (it raises ApiError naming `param` itself)."""
+    parts_with_images = image_parts(messages)
+    if parts_with_images and not is_vlm:
+        i, j = parts_with_images[0]
+        raise ApiError(
+            400,
+            "this model is text-only: image_url content is not supported",
+            param=f"messages[{i}].content[{j}]",
+            code="unsupported_value",
+        )
+    if len(parts_with_images) > max_images:
+        raise ApiError(
+            400,
+            f"{len(parts_with_images)} images in one request, more than the limit of {max_images}",
+            param="messages",
+            code="too_many_images",
+        )
+    flat: list[dict[str, Any]] = []
+    images: list[Any] = []
+    for i, m in enumerate(messages):
+        parts = []
+        for j, part in enumerate(m.content or ()):
+            if part.type == "text":
+                parts.append(part.text)
+                continue
+            images.append(decode(part.image_url.url, f"messages[{i}].content[{j}].image_url"))
+            parts.append(f"<ov_genai_image_{len(images) - 1}>")
+        # `name` is not passed: openvino-genai's template input takes role and content (documented)
+        flat.append({"role": m.role, "content": "".join(parts)})
+    return flat, images
+
+
+def render(apply_chat_template: Callable[..., str], messages: list[dict[str, Any]]) -> str:
+    """The prompt text: the chat template with the generation prompt, or a plain transcript without one."""
+    try:
+        return apply_chat_template(messages, add_generation_prompt=True)
+    except Exception:
+        # a model without a chat template: a plain transcript
+        return transcript(messages)
+
+
+def transcript(messages: list[dict[str, Any]]) -> str:
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"

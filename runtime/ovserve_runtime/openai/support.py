@@ -1,0 +1,124 @@
+"""Which request field each pipeline honours, accepts without effect, or refuses: one registry for the
+pipeline checks (`check`), the docs table (docs/runtime.md, "OpenAI API": `python -m
+ovserve_runtime.openai.support --write docs/runtime.md`) and the table test that every schema field is in it.
+
+Pipelines: CB (LM_CB, VLM_CB: continuous batching), legacy (LM: the stateful LLMPipeline), VLM (VLM and
+VLM_CB: image input). Statuses:
+  honoured  the answer follows it
+  accepted  it cannot change the answer (metadata, user, ...): accepted, no effect
+  refused   400 naming it (`error.param`) when set to anything but its neutral value (given in the note)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import docblock
+from .errors import ApiError
+from .request import ChatRequest, CompletionRequest
+
+H, A, R = "honoured", "accepted", "refused"
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    endpoints: str  # "chat", "completions" or "both"
+    cb: str
+    legacy: str
+    vlm: str
+    note: str = ""
+
+
+def _same(name: str, endpoints: str, status: str, note: str = "") -> Field:
+    return Field(name, endpoints, status, status, status, note)
+
+
+FIELDS: tuple[Field, ...] = (
+    _same("model", "both", H, "must be the served name (404 otherwise); may be omitted"),
+    _same("messages", "chat", H, "roles system, developer, user, assistant; text and image_url parts"),
+    _same("messages[].role: tool, function", "chat", R, "until tool calling lands"),
+    _same("messages[].tool_calls, tool_call_id, function_call", "chat", R, "until tool calling lands"),
+    _same("messages[].name", "chat", A, "the chat template input has role and content only"),
+    _same("messages[].refusal, audio", "chat", R, "null only"),
+    Field("messages[].content[].image_url", "chat", R, R, H, "VLM only; data: URLs; --max-images and size bounds"),
+    _same("messages[].content[] input_audio, file", "chat", R),
+    _same("prompt", "completions", H, "a string or a list of one string"),
+    _same("stream", "both", H),
+    _same("stream_options.include_usage", "both", H),
+    _same("stream_options.include_obfuscation", "both", R, "false only"),
+    _same("max_tokens, max_completion_tokens", "both", H, "default --default-max-tokens, capped by the context"),
+    _same("temperature, top_p, seed", "both", H, "temperature 0 or unset: greedy (seed has no effect then)"),
+    _same("presence_penalty, frequency_penalty", "both", H),
+    _same("stop", "both", H, f"up to {16} strings"),
+    _same("n", "both", R, "1 only"),
+    _same("logit_bias", "both", R, "{} only"),
+    _same("logprobs, top_logprobs", "both", R, "false / 0 only"),
+    Field("response_format: json_object, json_schema", "chat", H, H, R, "constrained decoding (compact JSON)"),
+    _same("response_format: text", "chat", H),
+    _same("tools, functions", "chat", R, "[] only, until tool calling lands"),
+    _same("tool_choice, function_call", "chat", R, '"none" only, until tool calling lands'),
+    _same("parallel_tool_calls", "chat", A, "no effect without tools"),
+    _same("modalities", "chat", R, '["text"] only'),
+    _same("audio, prediction, reasoning_effort, verbosity, web_search_options", "chat", R),
+    _same(
+        "user, metadata, store, service_tier, prompt_cache_key, safety_identifier",
+        "both",
+        A,
+        "metadata and the rest: chat only",
+    ),
+    _same("echo, best_of, suffix", "completions", R, "false / 1 / empty only"),
+    _same("top_k, min_p, repetition_penalty, min_tokens, ignore_eos", "both", H, "vendor fields (vLLM's names)"),
+    _same("any other field", "both", R, "400 unknown_parameter, as OpenAI answers"),
+)
+
+
+def schema_fields(field: Field) -> set[str]:
+    """The top-level request fields a row covers (nested rows cover their parent's)."""
+    head = field.name.split(":")[0].split(".")[0].split("[")[0]
+    return {x.strip() for x in head.split(",")} if not field.name.startswith("any other") else set()
+
+
+def covered() -> set[str]:
+    return set().union(*(schema_fields(f) for f in FIELDS))
+
+
+def request_fields() -> set[str]:
+    return set(ChatRequest.model_fields) | set(CompletionRequest.model_fields)
+
+
+@dataclass(frozen=True)
+class PipelineSupport:
+    """What the serving pipeline can do beyond plain text generation (the runtime report's capabilities)."""
+
+    structured_output: bool
+    images: bool
+
+
+def check(body: ChatRequest | CompletionRequest, support: PipelineSupport) -> None:
+    """The refusals that depend on the pipeline (ApiError 400 naming the field)."""
+    fmt = getattr(body, "response_format", None)
+    if fmt is not None and fmt.type != "text" and not support.structured_output:
+        raise ApiError(
+            400,
+            f"response_format '{fmt.type}' is not supported by this model's pipeline",
+            param="response_format.type",
+            code="unsupported_value",
+        )
+
+
+def _rows():
+    for f in FIELDS:
+        yield (f"`{f.name}`", f.endpoints, f.cb, f.legacy, f.vlm, f.note)
+
+
+DOCS = docblock.Block(
+    "openai-fields",
+    "ovserve_runtime.openai.support",
+    "docs/runtime.md",
+    ("field", "endpoints", "CB", "legacy", "VLM", "note"),
+    _rows,
+)
+
+if __name__ == "__main__":
+    raise SystemExit(DOCS.main())
