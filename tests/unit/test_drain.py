@@ -12,6 +12,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from ovserve_runtime.drain import IDLE_GRACE_S, Drain, shutting_down_body
+from ovserve_runtime.http import App, ServerConfig
+from ovserve_runtime.report import PipelineReport, PipelineType, Reason, RuntimeReport, State
 
 
 class Generation:
@@ -116,6 +118,44 @@ def test_closed_connections_leave_nothing_behind():
             assert await asyncio.wait_for(run, 10) is True
         await runner.cleanup()
         assert live_handlers() <= baseline
+
+    asyncio.run(main())
+
+
+def test_the_runtime_app_keeps_nothing_per_closed_connection():
+    """The whole HTTP app (no model: its probes, status, metrics, and refused generation requests) behind
+    the same short connections: no connection's handler outlives it, whatever middleware or route is added."""
+
+    async def main():
+        report = RuntimeReport(
+            state=State.LOADING,
+            model="m",
+            device="CPU",
+            pipeline=PipelineReport(requested=PipelineType.AUTO, reason=Reason.LOADING),
+        )
+        app = App(ServerConfig(served_name="m"), report)
+        runner = web.AppRunner(app.web, shutdown_timeout=1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        baseline = live_handlers()
+        requests = [
+            ("GET", "/v2/health/ready"),
+            ("GET", "/v2/health/live"),
+            ("GET", "/v1/status"),
+            ("GET", "/metrics"),
+            ("POST", "/v3/chat/completions"),
+        ]
+        for i in range(300):
+            assert (await one_connection(url, *requests[i % len(requests)])).startswith(b"HTTP/1.1 ")
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 5
+        while runner.server.connections and loop.time() < end:
+            await asyncio.sleep(0.01)
+        assert not runner.server.connections and app.drain.connections_kept() == 0
+        assert live_handlers() <= baseline
+        await runner.cleanup()
 
     asyncio.run(main())
 
