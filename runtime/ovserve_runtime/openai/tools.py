@@ -414,7 +414,7 @@ _EMPTY_OBJECT = {"type": "object", "properties": {}, "additionalProperties": Fal
 _REGEX_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
 
 
-def _lit(text: str) -> str:
+def regex_literal(text: str) -> str:
     """`text` as a regex that matches it literally (newlines as \\n)."""
     return _REGEX_SPECIAL.sub(r"\\\1", text).replace("\n", r"\n")
 
@@ -523,21 +523,25 @@ def forced_calls(
             raise ValueError(f"function name {f.name!r} does not match {NAME_PATTERN.pattern}")
     if parser == "hermes":
         one = "|".join(
-            _lit('<tool_call>\n{"name": "' + f.name + '", "arguments": ')
+            regex_literal('<tool_call>\n{"name": "' + f.name + '", "arguments": ')
             + "("
             + arguments_regex(f.parameters)
             + ")"
-            + _lit("}\n</tool_call>")
+            + regex_literal("}\n</tool_call>")
             for f in functions
         )
-        sep = _lit("\n")
+        sep = regex_literal("\n")
     elif parser in ("llama3_json", "llama3_pythonic"):
         parser = "llama3_json"
         one = "|".join(
-            _lit('{"name": "' + f.name + '", "parameters": ') + "(" + arguments_regex(f.parameters) + ")" + _lit("}")
+            regex_literal('{"name": "' + f.name + '", "parameters": ')
+            + "("
+            + arguments_regex(f.parameters)
+            + ")"
+            + regex_literal("}")
             for f in functions
         )
-        sep = _lit("; ")
+        sep = regex_literal("; ")
     else:
         raise ValueError(f"unknown tool parser {parser!r}")
     call = f"({one})"

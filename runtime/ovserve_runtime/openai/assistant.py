@@ -1,0 +1,208 @@
+"""The assistant's turn with tools and reasoning: what a request may ask of this model, and its output read back.
+
+Pure: no openvino, no I/O.
+
+- `resolve_parsers`: at startup, the tool and reasoning parsers from the flags and the chat template (AUTO:
+  detected; the choice and where it came from are reported).
+- `plan`: per request, from `tools`, `tool_choice` and `parallel_tool_calls` (and the prompt: does the template
+  open `<think>`?): which parsers read the output, and the grammar of a forced call. "none" renders no tools and
+  parses none; "auto" parses the model's calls; "required" and a named function force them with a grammar in the
+  family's format (finish_reason `tool_calls`). What the model cannot do is a ToolError (a 400 naming the field).
+- `OutputStream`: the output's text deltas -> OpenAI delta dicts (`reasoning_content`, `content`, `tool_calls`);
+  `message`: the whole output -> the assistant message; `finish_reason`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import reasoning, tools
+from .reasoning import ReasoningStream
+from .tools import ForcedCalls, Function, ToolCallStream
+
+AUTO, NONE = "AUTO", "none"
+MAX_PARALLEL_CALLS = tools.MAX_PARALLEL_CALLS
+
+
+class ToolError(ValueError):
+    """A request this model cannot serve as asked: 400 naming `param`."""
+
+    def __init__(self, message: str, param: str, code: str = "unsupported_value") -> None:
+        super().__init__(message)
+        self.message, self.param, self.code = message, param, code
+
+
+@dataclass(frozen=True)
+class Parsers:
+    """The serving's parsers (None: off) and how each was chosen ("requested" or "automatic")."""
+
+    tool: str | None = None
+    reasoning: str | None = None
+    renders_tools: bool = False
+    tool_source: str = "automatic"
+    reasoning_source: str = "automatic"
+    tool_detail: str = ""
+    reasoning_detail: str = ""
+
+
+def resolve_parsers(tool_flag: str, reasoning_flag: str, chat_template: str | None) -> Parsers:
+    """The parsers for these flag values (AUTO, none or a parser name) and the model's chat template."""
+    renders = tools.renders_tools(chat_template)
+    if tool_flag == AUTO:
+        tool = tools.detect(chat_template)
+        tool_src = "automatic"
+        if tool is not None:
+            tool_detail = f"detected from the chat template ({tool})"
+        elif renders:
+            tool_detail = "the chat template renders tools in a format no parser here reads"
+        else:
+            tool_detail = "the chat template renders no tools"
+    else:
+        tool = None if tool_flag == NONE else tool_flag
+        tool_src, tool_detail = "requested", ""
+        if tool is not None and not renders:
+            tool_detail = "the chat template renders no tools: requests with tools are refused"
+    if reasoning_flag == AUTO:
+        rsn = reasoning.detect(chat_template)
+        rsn_src = "automatic"
+        rsn_detail = f"detected from the chat template ({rsn})" if rsn else "the chat template writes no <think>"
+    else:
+        rsn = None if reasoning_flag == NONE else reasoning_flag
+        rsn_src, rsn_detail = "requested", ""
+    return Parsers(tool, rsn, renders, tool_src, rsn_src, tool_detail, rsn_detail)
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """How one request's output is read: tool calls (parser, offered names), a forced call's grammar, reasoning."""
+
+    tool_parser: str | None = None
+    tool_names: frozenset[str] | None = None
+    forced: ForcedCalls | None = None
+    reasoning: str | None = None
+    in_reasoning: bool = False
+    render_tools: bool = False  # the chat template gets the request's tools
+
+    @property
+    def regex(self) -> str | None:
+        """The StructuredOutputConfig regex of a forced call. When the prompt opened a reasoning block, the
+        output closes it first (no thinking before a forced call, as Qwen3 with thinking off)."""
+        if self.forced is None:
+            return None
+        if self.in_reasoning:
+            return tools.regex_literal(reasoning.CLOSE + "\n\n") + "(" + self.forced.regex + ")"
+        return self.forced.regex
+
+
+def plan(
+    parsers: Parsers,
+    functions: Sequence[Function] | None,
+    tool_choice: str | dict[str, Any] | None,
+    parallel_tool_calls: bool | None,
+    prompt: str,
+) -> OutputPlan:
+    """The plan of one request; ToolError for what this model cannot do."""
+    rsn = parsers.reasoning
+    in_rsn = reasoning.starts_in_reasoning(rsn, prompt) if rsn else False
+    named = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
+    choice = "named" if isinstance(tool_choice, dict) else (tool_choice or "auto")
+    if not functions:
+        if choice in ("required", "named"):
+            raise ToolError(f"tool_choice {choice!r} needs tools", "tool_choice", "invalid_value")
+        return OutputPlan(reasoning=rsn, in_reasoning=in_rsn)
+    if choice == "none":
+        return OutputPlan(reasoning=rsn, in_reasoning=in_rsn)
+    if not parsers.renders_tools:
+        raise ToolError("this model's chat template does not render tools: it cannot be given tools", "tools")
+    if parsers.tool is None:
+        raise ToolError(
+            "tool calling is off for this model (no tool parser: --tool-parser / spec.serving.toolParser none, "
+            "or a tool format AUTO does not recognise)",
+            "tools",
+        )
+    names = frozenset(f.name for f in functions)
+    forced = None
+    try:
+        if choice == "required":
+            forced = tools.forced_calls(parsers.tool, functions, parallel=parallel_tool_calls is not False)
+        elif choice == "named":
+            chosen = [f for f in functions if f.name == named]
+            if not chosen:
+                raise ToolError(f"tool_choice names {named!r}, which is not one of the tools", "tool_choice")
+            forced = tools.forced_calls(parsers.tool, chosen, parallel=False)
+    except ToolError:
+        raise
+    except Exception as exc:  # a name or a parameters schema no grammar can be built from
+        raise ToolError(f"cannot force a call to these tools: {exc}", "tools") from None
+    return OutputPlan(
+        tool_parser=forced.parser if forced else parsers.tool,
+        tool_names=names,
+        forced=forced,
+        reasoning=rsn,
+        in_reasoning=in_rsn,
+        render_tools=True,
+    )
+
+
+class OutputStream:
+    """One output's text deltas as OpenAI delta dicts; reasoning first, then content and tool calls."""
+
+    def __init__(self, plan: OutputPlan, *, new_id=tools.new_call_id) -> None:
+        self.plan = plan
+        self.calls = 0
+        self._rsn = ReasoningStream(in_reasoning=plan.in_reasoning) if plan.reasoning else None
+        self._tools: ToolCallStream | None = (
+            tools.stream(plan.tool_parser, plan.tool_names, new_id=new_id) if plan.tool_parser else None
+        )
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        if self._rsn is None:
+            return self._content(text, final=False)
+        split = self._rsn.feed(text)
+        out = [{"reasoning_content": split.reasoning}] if split.reasoning else []
+        return out + (self._content(split.content, final=False) if split.content else [])
+
+    def finish(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self._rsn is not None:
+            split = self._rsn.finish()
+            if split.reasoning:
+                out.append({"reasoning_content": split.reasoning})
+            if split.content:
+                out += self._content(split.content, final=False)
+        return out + self._content("", final=True)
+
+    def _content(self, text: str, final: bool) -> list[dict[str, Any]]:
+        if self._tools is None:
+            return [{"content": text}] if text else []
+        deltas = self._tools.feed(text) if text else []
+        if final:
+            deltas += self._tools.finish()
+        out = []
+        for d in deltas:
+            if d.tool_call is not None:
+                self.calls += 1
+            out.append(d.openai())
+        return out
+
+
+def message(plan: OutputPlan, text: str, *, new_id=tools.new_call_id) -> dict[str, Any]:
+    """The assistant message of a whole output: content (None when only calls), reasoning_content, tool_calls."""
+    stream = OutputStream(plan, new_id=new_id)
+    deltas = stream.feed(text) + stream.finish()
+    msg: dict[str, Any] = {"role": "assistant"}
+    content = "".join(d.get("content") or "" for d in deltas)
+    calls = [c for d in deltas for c in d.get("tool_calls", ())]
+    msg["content"] = content if content or not (calls or plan.reasoning) else None
+    if plan.reasoning:
+        msg["reasoning_content"] = "".join(d.get("reasoning_content") or "" for d in deltas) or None
+    if calls:
+        msg["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
+    return msg
+
+
+def finish_reason(plan: OutputPlan, finish: str, calls: int) -> str:
+    """`tool_calls` when the output ended (not cut) with calls, else the engine's reason."""
+    return "tool_calls" if finish == "stop" and calls else finish
