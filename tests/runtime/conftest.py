@@ -48,6 +48,16 @@ def encoder_models() -> Path:
     return _models_dir()
 
 
+@pytest.fixture(scope="session")
+def chat_models(tiny_models) -> Path:
+    """tiny-llm copies with real tool-calling chat templates (hack/models/chat/build.sh; seconds)."""
+    build = ROOT / "hack" / "models" / "chat" / "build.sh"
+    proc = subprocess.run(["bash", str(build)], capture_output=True, text=True, timeout=3000)
+    if proc.returncode != 0:
+        pytest.fail(f"{build} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", pytrace=False)
+    return tiny_models
+
+
 def wait_until(pred, timeout: float = 20.0, interval: float = 0.1) -> bool:
     """Poll pred() until it is truthy or `timeout` passes; its last answer."""
     deadline = time.monotonic() + timeout

@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
-
-from .conftest import ROOT, _models_dir
 
 pytestmark = pytest.mark.runtime
 
 g = pytest.importorskip("openvino_genai")
 from ovserve_runtime.openai import reasoning, tools  # noqa: E402
 
-CHAT_BUILD = ROOT / "hack" / "models" / "chat" / "build.sh"
 TOOLS = [
     {
         "type": "function",
@@ -44,14 +39,6 @@ HISTORY = [
     {"role": "assistant", "content": "", "tool_calls": [CALL]},
     {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
 ]
-
-
-@pytest.fixture(scope="module")
-def chat_models() -> Path:
-    proc = subprocess.run(["bash", str(CHAT_BUILD)], capture_output=True, text=True, timeout=3000)
-    if proc.returncode != 0:
-        pytest.fail(f"{CHAT_BUILD} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", pytrace=False)
-    return _models_dir()
 
 
 @pytest.mark.parametrize(
