@@ -159,3 +159,48 @@ def test_message_stream_and_finish_reason_agree(plan, text, want, finish, want_f
         assert all(json.loads(c["function"]["arguments"]) is not None for c in calls)
         assert all(len(d) == 1 and next(iter(d.values())) for d in deltas)  # one non-empty field per delta
         assert assistant.finish_reason(plan, finish, stream.calls) == want_finish
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        ((0, "user"), {}),
+        (
+            (
+                2,
+                "assistant",
+                [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}],
+            ),
+            {"tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]},
+        ),
+        (
+            (2, "assistant", [{"id": "c", "function": {"name": "f", "arguments": ""}}]),
+            {"tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}]},
+        ),
+        ((3, "tool", None, "call_1"), {"tool_call_id": "call_1"}),
+        ((1, "assistant", None, None, "hm"), {"reasoning_content": "hm"}),
+        ((1, "user", None, None, "hm"), {}),
+    ],
+)
+def test_template_fields(args, want):
+    assert assistant.template_fields(*args) == want
+
+
+@pytest.mark.parametrize(
+    ("args", "param"),
+    [
+        (
+            (2, "assistant", [{"id": "c", "function": {"name": "f", "arguments": "{"}}]),
+            "messages[2].tool_calls[0].function.arguments",
+        ),
+        (
+            (2, "assistant", [{}, {"id": "c", "function": {"name": "f", "arguments": "[1]"}}]),
+            "messages[2].tool_calls[1].function.arguments",
+        ),
+        ((4, "tool"), "messages[4].tool_call_id"),
+    ],
+)
+def test_template_fields_refused(args, param):
+    with pytest.raises(ToolError) as exc:
+        assistant.template_fields(*args)
+    assert exc.value.param == param

@@ -14,6 +14,7 @@ Pure: no openvino, no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -206,3 +207,42 @@ def message(plan: OutputPlan, text: str, *, new_id=tools.new_call_id) -> dict[st
 def finish_reason(plan: OutputPlan, finish: str, calls: int) -> str:
     """`tool_calls` when the output ended (not cut) with calls, else the engine's reason."""
     return "tool_calls" if finish == "stop" and calls else finish
+
+
+def template_fields(
+    index: int,
+    role: str,
+    tool_calls: Sequence[dict[str, Any]] | None = None,
+    tool_call_id: str | None = None,
+    reasoning_content: str | None = None,
+) -> dict[str, Any]:
+    """The keys a message adds to its chat-template input beside role and content: an assistant's `tool_calls`
+    (arguments as an object: templates write them with `tojson`), a tool result's `tool_call_id`, an
+    assistant's `reasoning_content`. ToolError names a field that cannot be rendered."""
+    out: dict[str, Any] = {}
+    if tool_calls:
+        calls = []
+        for j, call in enumerate(tool_calls):
+            fn = call.get("function") or {}
+            param = f"messages[{index}].tool_calls[{j}].function.arguments"
+            try:
+                arguments = json.loads(fn.get("arguments") or "{}")
+            except ValueError:
+                raise ToolError("the arguments of a tool call must be a JSON object", param, "invalid_value") from None
+            if not isinstance(arguments, dict):
+                raise ToolError("the arguments of a tool call must be a JSON object", param, "invalid_value")
+            calls.append(
+                {"id": call.get("id"), "type": "function", "function": {"name": fn.get("name"), "arguments": arguments}}
+            )
+        out["tool_calls"] = calls
+    if role == "tool":
+        if not tool_call_id:
+            raise ToolError(
+                "a tool message needs the tool_call_id it answers",
+                f"messages[{index}].tool_call_id",
+                "missing_required_parameter",
+            )
+        out["tool_call_id"] = tool_call_id
+    if reasoning_content is not None and role == "assistant":
+        out["reasoning_content"] = reasoning_content
+    return out
