@@ -240,13 +240,13 @@ def test_a_forced_call_on_a_thinking_model_closes_the_reasoning(thinker):
 def test_the_status_reports_the_parsers(qwen, thinker, llama, cb_server):
     got = {}
     for name, s in (("qwen", qwen), ("thinker", thinker), ("llama", llama), ("tiny", cb_server)):
-        d = s.status()["decisions"]
-        got[name] = (d["toolParser"]["value"], d["reasoningParser"]["value"], d["toolParser"]["source"])
+        caps = s.status()["capabilities"]
+        got[name] = (caps["toolParser"], caps["reasoningParser"])
     assert got == {
-        "qwen": ("hermes", "none", "automatic"),
-        "thinker": ("hermes", "qwen3", "automatic"),
-        "llama": ("llama3_json", "none", "automatic"),
-        "tiny": ("none", "none", "automatic"),
+        "qwen": ("hermes", None),
+        "thinker": ("hermes", "qwen3"),
+        "llama": ("llama3_json", None),
+        "tiny": (None, None),
     }
 
 
@@ -255,9 +255,4 @@ def test_reasoning_parser_none_keeps_everything_in_content(chat_models, server_f
     r = client(s).chat.completions.create(model="raw", messages=ASK, max_tokens=20)
     m = r.choices[0].message
     assert getattr(m, "reasoning_content", None) is None and m.content
-    assert s.status()["decisions"]["reasoningParser"] == {
-        "value": "none",
-        "source": "requested",
-        "requested": "none",
-        "detail": "",
-    }
+    assert s.status()["capabilities"]["reasoningParser"] is None

@@ -56,7 +56,7 @@ def test_resolve_parsers(tool_flag, reasoning_flag, template, tool, rsn, sources
 )
 def test_requests_the_model_cannot_serve_are_refused_by_field(parsers, functions, choice, parallel, param, message):
     with pytest.raises(ToolError, match=message) as exc:
-        assistant.plan(parsers, functions, choice, parallel, "prompt")
+        assistant.plan(parsers, functions, choice, parallel)
     assert exc.value.param == param
 
 
@@ -74,20 +74,20 @@ def test_requests_the_model_cannot_serve_are_refused_by_field(parsers, functions
     ],
 )
 def test_plan(parsers, functions, choice, parallel, parser, forced, render):
-    p = assistant.plan(parsers, functions, choice, parallel, "prompt")
+    p = assistant.plan(parsers, functions, choice, parallel)
     assert (p.tool_parser, p.forced is not None, p.render_tools) == (parser, forced, render)
     assert (p.regex is not None) is forced
 
 
 def test_forced_grammar_admits_only_the_named_function_and_one_call():
-    p = assistant.plan(HERMES, [NOW, WEATHER], {"type": "function", "function": {"name": "now"}}, True, "x")
+    p = assistant.plan(HERMES, [NOW, WEATHER], {"type": "function", "function": {"name": "now"}}, True)
     one = '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
     assert re.fullmatch(p.regex, one) and not re.fullmatch(p.regex, one + "\n" + one)
     assert not re.fullmatch(p.regex, one.replace("now", "get_weather"))
 
 
 def test_forced_call_after_an_opened_think_closes_it_first():
-    p = assistant.plan(QWEN3, [NOW], "required", False, "<|im_start|>assistant\n<think>\n")
+    p = assistant.plan(QWEN3, [NOW], "required", False).for_prompt("<|im_start|>assistant\n<think>\n")
     assert p.in_reasoning
     out = '</think>\n\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
     assert re.fullmatch(p.regex, out)

@@ -43,19 +43,9 @@ def test_docs_table_is_generated_from_the_registry():
 
 REFUSED = [
     # (chat, body, param) every refused field, with a value that would change the answer
-    (True, chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
-    (True, chat(tool_choice="required"), "tool_choice"),
-    (True, chat(tool_choice={"type": "function", "function": {"name": "f"}}), "tool_choice"),
     (True, chat(functions=[{"name": "f"}]), "functions"),
     (True, chat(function_call="auto"), "function_call"),
-    (True, chat(messages=[*MSG, {"role": "tool", "content": "r", "tool_call_id": "1"}]), "messages[1].role"),
     (True, chat(messages=[*MSG, {"role": "function", "content": "r", "name": "f"}]), "messages[1].role"),
-    (
-        True,
-        chat(messages=[*MSG, {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]}]),
-        "messages[1].tool_calls",
-    ),
-    (True, chat(messages=[{"role": "user", "content": "x", "tool_call_id": "1"}]), "messages[0].tool_call_id"),
     (True, chat(messages=[{"role": "assistant", "content": "x", "function_call": {}}]), "messages[0].function_call"),
     (True, chat(messages=[{"role": "assistant", "content": "x", "refusal": "no"}]), "messages[0].refusal"),
     (True, chat(messages=[{"role": "assistant", "content": "x", "audio": {"id": "a"}}]), "messages[0].audio"),
@@ -289,3 +279,62 @@ def test_watchdog_fires_only_without_progress():
     assert w.check(30, [b], step_s=1.0) is None  # 50 step times: the bound is 50 s
     assert w.check(80, [b], step_s=1.0) is not None
     assert w.check(81, [], None) is None
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+def test_a_tool_conversation_parses():
+    body = parse(
+        chat(
+            messages=[
+                *MSG,
+                {"role": "assistant", "content": None, "tool_calls": [CALL], "reasoning_content": "hm"},
+                {"role": "tool", "content": "r", "tool_call_id": "call_1"},
+            ],
+            tools=[TOOL],
+            tool_choice={"type": "function", "function": {"name": "f"}},
+            parallel_tool_calls=False,
+        ),
+        True,
+    )
+    assert body.tools[0].function.name == "f" and body.tool_choice.function.name == "f"
+    assert body.messages[1].tool_calls[0].function.arguments == '{"a": 1}'
+    assert body.messages[2].tool_call_id == "call_1"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        (
+            chat(messages=[*MSG, {"role": "assistant", "tool_calls": [{"id": "1"}]}]),
+            "messages[1].tool_calls[0].function",
+            "missing_required_parameter",
+        ),
+        (
+            chat(messages=[*MSG, {"role": "user", "content": "x", "tool_calls": [CALL]}]),
+            "messages[1].tool_calls",
+            "invalid_value",
+        ),
+        (
+            chat(messages=[{"role": "user", "content": "x", "tool_call_id": "1"}]),
+            "messages[0].tool_call_id",
+            "invalid_value",
+        ),
+        (chat(messages=[*MSG, {"role": "tool", "content": "r"}]), "messages[1].tool_call_id", "invalid_value"),
+        (
+            chat(messages=[{"role": "user", "content": "x", "reasoning_content": "r"}]),
+            "messages[0].reasoning_content",
+            "invalid_value",
+        ),
+        (chat(tools=[{"type": "function", "function": {"name": "a b"}}]), "tools[0].function.name", "invalid_value"),
+        (chat(tools=[{"type": "retrieval"}]), "tools[0].type", "invalid_value"),
+        (chat(tools=[TOOL, TOOL]), "tools", "invalid_value"),
+        (chat(tool_choice="any"), "tool_choice", "invalid_value"),
+    ],
+)
+def test_invalid_tool_fields_are_named(body, param, code):
+    with pytest.raises(RequestError) as ei:
+        parse(body, True)
+    assert (ei.value.param, ei.value.code) == (param, code), ei.value.message

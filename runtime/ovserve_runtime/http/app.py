@@ -33,7 +33,7 @@ from ..encoder import BatchEncoder
 from ..engine import Events
 from ..flags import RuntimeFlags, default
 from ..metrics import Metrics
-from ..openai import responses
+from ..openai import assistant, responses
 from ..openai.errors import ApiError, too_large, unknown_model
 from ..openai.support import PipelineSupport
 from ..report import Capabilities, Reason, RuntimeReport, State, Task
@@ -64,6 +64,8 @@ class ServerConfig:
     prepare_threads: int = default("prepare_threads")  # workers for bodies over INLINE_BODY_BYTES; 0: min(4,CPUs)
     drain_timeout_s: float = default("drain_timeout_seconds")  # SIGTERM: how long in-flight requests may run
     stream_interval_s: float = default("stream_interval_ms") / 1000  # text this close to a stream's last write waits
+    tool_parser: str = default("tool_parser")  # AUTO: from the chat template (openai/assistant.resolve_parsers)
+    reasoning_parser: str = default("reasoning_parser")
 
     @classmethod
     def from_flags(cls, flags: RuntimeFlags, served_name: str) -> ServerConfig:
@@ -124,6 +126,7 @@ class App:
         self.max_position: int | None = None
         self.max_token_chars = DEFAULT_MAX_TOKEN_CHARS
         self.support = PipelineSupport(structured_output=False, images=False)
+        self.parsers = assistant.Parsers()  # tool calling and reasoning: resolved from the chat template at attach
         self.admission = Admission(max_queued=cfg.max_queued_requests)
         self.metrics.queue_limit.set(cfg.max_queued_requests)
         self.watchdog = Watchdog(cfg.liveness_stall_seconds)
@@ -184,12 +187,30 @@ class App:
 
         generates = not isinstance(engine, TaskEngine)  # embeddings and rerank servings generate no text
         self.support = PipelineSupport(structured_output=generates and not engine.is_vlm, images=engine.is_vlm)
+        template = None
+        if generates:
+            try:
+                template = engine.tokenizer.chat_template
+            except Exception:  # a tokenizer without one
+                template = None
+        self.parsers = assistant.resolve_parsers(str(self.cfg.tool_parser), str(self.cfg.reasoning_parser), template)
+        log.info(
+            "tool parser: %s (%s%s); reasoning parser: %s (%s%s)",
+            self.parsers.tool or "none",
+            self.parsers.tool_source,
+            f": {self.parsers.tool_detail}" if self.parsers.tool_detail else "",
+            self.parsers.reasoning or "none",
+            self.parsers.reasoning_source,
+            f": {self.parsers.reasoning_detail}" if self.parsers.reasoning_detail else "",
+        )
 
     def capabilities(self) -> Capabilities:
         """What this model and pipeline serve (the runtime report's `capabilities`)."""
         return Capabilities(
             structuredOutput=self.support.structured_output,
             images=self.support.images,
+            toolParser=self.parsers.tool if self.parsers.renders_tools else None,
+            reasoningParser=self.parsers.reasoning,
             maxContext=self.max_position,
             maxPromptTokens=self.prompt_limit,
         )
@@ -325,15 +346,22 @@ class App:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         status = "200"
         try:
+            plan = staged.plan
             if body.stream:
-                resp, gone = await self._stream(request, greq, rid, chat, prompt_tokens, body.include_usage)
+                resp, gone = await self._stream(request, greq, rid, chat, prompt_tokens, body.include_usage, plan)
                 if gone:
                     status = "499"
                 return resp
             text, finish = await collect(greq, self.engine.tokenizer)
             usage = responses.usage(prompt_tokens, greq.generated)
+            message = None
+            if not plan.passthrough:  # tool calls and reasoning split off the text
+                message = assistant.message(plan, text)
+                finish = assistant.finish_reason(plan, finish, len(message.get("tool_calls", ())))
             return web.json_response(
-                responses.completion(rid, chat, self.cfg.served_name, int(time.time()), text, finish, usage)
+                responses.completion(
+                    rid, chat, self.cfg.served_name, int(time.time()), text, finish, usage, message=message
+                )
             )
         except ApiError as err:
             status = str(err.status)
@@ -349,7 +377,7 @@ class App:
             self._observe(greq, prompt_tokens)
 
     async def _stream(
-        self, request: web.Request, greq, rid: str, chat: bool, prompt_tokens: int, include_usage: bool
+        self, request: web.Request, greq, rid: str, chat: bool, prompt_tokens: int, include_usage: bool, plan
     ) -> tuple[web.StreamResponse, bool]:
         """(the response, whether the client went away while it was written)."""
         # wait for the first event before committing to a 200 (an immediate failure stays a clean error)
@@ -364,7 +392,9 @@ class App:
             await writer.open()
             request[STREAMING] = True
             detok = Detokenizer(self.engine.tokenizer, self.engine.token_table)
-            await StreamOutput(greq, writer, chunks, detok, self.cfg.stream_interval_s).run(first, prompt_tokens)
+            parse = None if plan.passthrough else assistant.OutputStream(plan)
+            out = StreamOutput(greq, writer, chunks, detok, self.cfg.stream_interval_s, parse)
+            await out.run(first, prompt_tokens)
         except ConnectionResetError:
             # the client went away while we wrote (a disconnect the handler was not yet cancelled for): the
             # handler returns and aiohttp drops the connection quietly; escaping, it would log a server error

@@ -6,8 +6,9 @@ step's tokens to `sink` directly (no handler wake-up: a task wake-up per token p
 part of the HTTP process's per-token time). The stream interval lives here: text that comes within
 `interval` of the stream's last write is held and goes out in one chunk at the end of the interval.
 
-Tools/reasoning (ovserve "tools" helper): text deltas become chunks in `StreamOutput._text_chunk` and the
-final message in `collect`; an output parser plugs in there.
+Tool calls and reasoning: with a parser (`parse`, openai/assistant.OutputStream), text deltas go through it in
+`_text_chunk` and come out as chunks of its deltas (reasoning_content, content, tool_calls); what it holds at
+the end goes out before the finish chunk, whose reason it may turn into `tool_calls`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from ..detok import Detokenizer
+from ..openai import assistant
 from ..openai.errors import event_error
 from ..openai.responses import DONE, Chunks, usage
 from .sse import SSEWriter
@@ -47,9 +49,18 @@ async def collect(greq, tokenizer) -> tuple[str, str]:
 class StreamOutput:
     """One stream's output: detokenizer, held text (stream interval) and the writer."""
 
-    def __init__(self, greq, writer: SSEWriter, chunks: Chunks, detok: Detokenizer, interval: float) -> None:
+    def __init__(
+        self,
+        greq,
+        writer: SSEWriter,
+        chunks: Chunks,
+        detok: Detokenizer,
+        interval: float,
+        parse: assistant.OutputStream | None = None,
+    ) -> None:
         self.greq, self.writer, self.chunks, self.detok = greq, writer, chunks, detok
         self.interval = interval
+        self.parse = parse
         self.loop = asyncio.get_running_loop()
         self.held: list[str] = []  # text waiting for this stream's next write
         self.timer: asyncio.TimerHandle | None = None  # the write of the held text
@@ -72,8 +83,10 @@ class StreamOutput:
         return True
 
     def _send_now(self, text: str) -> None:
-        self.writer.write_now(self._text_chunk(text))
-        self.due = self.loop.time() + self.interval
+        data = self._text_chunk(text)
+        if data:  # a parser may hold it all (a call not yet complete): nothing to write
+            self.writer.write_now(data)
+            self.due = self.loop.time() + self.interval
 
     def _release(self) -> None:
         self.timer = None
@@ -93,7 +106,9 @@ class StreamOutput:
         return text
 
     def _text_chunk(self, text: str) -> bytes:
-        return self.chunks.text(text)
+        if self.parse is None:
+            return self.chunks.text(text)
+        return b"".join(self.chunks.fields(d) for d in self.parse.feed(text))
 
     # --- the handler's side ----------------------------------------------------------------------
     async def run(self, first_event: tuple, prompt_tokens: int) -> None:
@@ -114,8 +129,9 @@ class StreamOutput:
                             break
                         value = value + nxt[1]
                     delta = self.take_held() + (self.detok.add(value) if value else "")
-                    if delta:
-                        out.append(self._text_chunk(delta))
+                    data = self._text_chunk(delta) if delta else b""
+                    if data:
+                        out.append(data)
                     if out and not pending:  # the stream goes on (when its end is queued, one write for both)
                         await self.writer.write(b"".join(out))
                         out = []
@@ -129,8 +145,11 @@ class StreamOutput:
                     finish = value
                 break
             tail = self.take_held() + (self.detok.flush() if finish is not None else "")  # none after an error
-            if tail:
-                out.append(self._text_chunk(tail))
+            if tail and (data := self._text_chunk(tail)):
+                out.append(data)
+            if finish is not None and self.parse is not None:
+                out += [chunks.fields(d) for d in self.parse.finish()]
+                finish = assistant.finish_reason(self.parse.plan, finish, self.parse.calls)
             if finish is not None:
                 out.append(chunks.finish(finish))
             if chunks.include_usage:

@@ -7,13 +7,15 @@ tokenization. Both raise ApiError.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..openai import grammar, prompt, support
+from ..openai import assistant, grammar, prompt, support
+from ..openai.assistant import OutputPlan, ToolError
 from ..openai.errors import ApiError, unknown_model
 from ..openai.request import ChatRequest, CompletionRequest, RequestError, parse
 from ..openai.sampling import generation_fields
+from ..openai.tools import Function
 from ..report import State
 
 
@@ -23,6 +25,7 @@ class Staged:
     prompt: str
     images: list
     constraint: dict[str, str] | None  # StructuredOutputConfig keyword arguments
+    plan: OutputPlan = field(default_factory=OutputPlan)  # how the output is read: tool calls, reasoning (chat only)
 
 
 def stage(app, raw: bytes, chat: bool) -> Staged:
@@ -42,19 +45,43 @@ def stage(app, raw: bytes, chat: bool) -> Staged:
         raise ApiError(503, f"the pipeline failed: {engine.fatal}", "server_error", code="pipeline_failed")
     support.check(body, app.support)
     constraint = None
+    plan = OutputPlan()
     if isinstance(body, ChatRequest):
         try:
             constraint = grammar.constraint(body.response_format)
         except grammar.GrammarError as exc:
             raise ApiError(400, str(exc), param="response_format", code="invalid_value") from None
-        text, images = chat_prompt(app, engine, body)
+        plan = output_plan(app, body)
+        text, images = chat_prompt(app, engine, body, plan)
+        plan = plan.for_prompt(text)
+        if plan.regex is not None:
+            constraint = {"regex": plan.regex}
     else:
         text, images = body.text, []
     precheck(app, text, "messages" if chat else "prompt")
-    return Staged(body, text, images, constraint)
+    return Staged(body, text, images, constraint, plan)
 
 
-def chat_prompt(app, engine, body: ChatRequest) -> tuple[str, list]:
+def output_plan(app, body: ChatRequest) -> OutputPlan:
+    """How this request's output is read (tool_choice, parallel_tool_calls, the serving's parsers); 400 for
+    tools or tool turns this model cannot handle."""
+    turn = prompt.tool_turn(body.messages)
+    if turn is not None and not app.parsers.renders_tools:
+        raise ApiError(
+            400,
+            "this model's chat template does not render tool calls or tool results",
+            param=f"messages[{turn}]",
+            code="unsupported_value",
+        )
+    functions = [Function(name=t.function.name, parameters=t.function.parameters) for t in body.tools or ()]
+    choice = body.tool_choice.model_dump() if hasattr(body.tool_choice, "model_dump") else body.tool_choice
+    try:
+        return assistant.plan(app.parsers, functions, choice, body.parallel_tool_calls)
+    except ToolError as exc:
+        raise ApiError(400, exc.message, param=exc.param, code=exc.code) from None
+
+
+def chat_prompt(app, engine, body: ChatRequest, plan: OutputPlan | None = None) -> tuple[str, list]:
     from ..images import ImageBudget, ImageError, ImageLimits, decode_data_url, to_tensor
 
     cfg = app.cfg
@@ -70,7 +97,9 @@ def chat_prompt(app, engine, body: ChatRequest) -> tuple[str, list]:
             raise ApiError(exc.status, str(exc), param=param, code=exc.code) from exc
 
     flat, images = prompt.template_messages(body.messages, engine.is_vlm, limits.max_images, decode)
-    return prompt.render(engine.tokenizer.apply_chat_template, flat), images
+    tools = [t.model_dump(exclude_none=True) for t in body.tools] if plan and plan.render_tools and body.tools else None
+    with_tools = prompt.tool_turn(body.messages) is not None
+    return prompt.render(engine.tokenizer.apply_chat_template, flat, tools, with_tools), images
 
 
 def precheck(app, text: str, param: str) -> None:

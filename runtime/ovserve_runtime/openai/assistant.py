@@ -4,10 +4,11 @@ Pure: no openvino, no I/O.
 
 - `resolve_parsers`: at startup, the tool and reasoning parsers from the flags and the chat template (AUTO:
   detected; the choice and where it came from are reported).
-- `plan`: per request, from `tools`, `tool_choice` and `parallel_tool_calls` (and the prompt: does the template
-  open `<think>`?): which parsers read the output, and the grammar of a forced call. "none" renders no tools and
-  parses none; "auto" parses the model's calls; "required" and a named function force them with a grammar in the
-  family's format (finish_reason `tool_calls`). What the model cannot do is a ToolError (a 400 naming the field).
+- `plan`: per request, from `tools`, `tool_choice` and `parallel_tool_calls` (then `for_prompt`: does the
+  rendered prompt open `<think>`?): which parsers read the output, and the grammar of a forced call. "none"
+  renders no tools and parses none; "auto" parses the model's calls; "required" and a named function force
+  them with a grammar in the family's format (finish_reason `tool_calls`). What the model cannot do is a
+  ToolError (a 400 naming the field).
 - `OutputStream`: the output's text deltas -> OpenAI delta dicts (`reasoning_content`, `content`, `tool_calls`);
   `message`: the whole output -> the assistant message; `finish_reason`.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import reasoning, tools
@@ -87,6 +88,17 @@ class OutputPlan:
     render_tools: bool = False  # the chat template gets the request's tools
 
     @property
+    def passthrough(self) -> bool:
+        """Nothing to parse: the output is the content as it comes."""
+        return self.tool_parser is None and self.reasoning is None
+
+    def for_prompt(self, prompt: str) -> OutputPlan:
+        """This plan for the rendered prompt: does the output start inside a reasoning block the prompt opened?"""
+        if self.reasoning is None:
+            return self
+        return replace(self, in_reasoning=reasoning.starts_in_reasoning(self.reasoning, prompt))
+
+    @property
     def regex(self) -> str | None:
         """The StructuredOutputConfig regex of a forced call. When the prompt opened a reasoning block, the
         output closes it first (no thinking before a forced call, as Qwen3 with thinking off)."""
@@ -102,19 +114,18 @@ def plan(
     functions: Sequence[Function] | None,
     tool_choice: str | dict[str, Any] | None,
     parallel_tool_calls: bool | None,
-    prompt: str,
 ) -> OutputPlan:
-    """The plan of one request; ToolError for what this model cannot do."""
+    """The plan of one request (then `for_prompt` once the prompt is rendered); ToolError for what this model
+    cannot do."""
     rsn = parsers.reasoning
-    in_rsn = reasoning.starts_in_reasoning(rsn, prompt) if rsn else False
     named = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
     choice = "named" if isinstance(tool_choice, dict) else (tool_choice or "auto")
     if not functions:
         if choice in ("required", "named"):
             raise ToolError(f"tool_choice {choice!r} needs tools", "tool_choice", "invalid_value")
-        return OutputPlan(reasoning=rsn, in_reasoning=in_rsn)
+        return OutputPlan(reasoning=rsn)
     if choice == "none":
-        return OutputPlan(reasoning=rsn, in_reasoning=in_rsn)
+        return OutputPlan(reasoning=rsn)
     if not parsers.renders_tools:
         raise ToolError("this model's chat template does not render tools: it cannot be given tools", "tools")
     if parsers.tool is None:
@@ -142,7 +153,6 @@ def plan(
         tool_names=names,
         forced=forced,
         reasoning=rsn,
-        in_reasoning=in_rsn,
         render_tools=True,
     )
 

@@ -5,7 +5,10 @@
 model's chat template (a plain transcript for a model without one). Pure but for the callables it is given
 (image decoding, the tokenizer's template).
 
-Tools (ovserve "tools" helper): `render` is where `tools=` reaches the chat template.
+Tools: an assistant turn's `tool_calls` (arguments as an object, as templates write them with `tojson`), a tool
+turn's `tool_call_id` and an assistant's `reasoning_content` join the template input (assistant.template_fields);
+`render` hands the request's tools to the template as `tools=`. A template that cannot render them is a 400,
+never a transcript that drops them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .assistant import ToolError, template_fields
 from .errors import ApiError
 from .request import Message
 
@@ -56,14 +60,37 @@ def template_messages(
             parts.append(f"<ov_genai_image_{len(images) - 1}>")
         # `name` is not passed: openvino-genai's template input takes role and content (documented)
         flat.append({"role": m.role, "content": "".join(parts)})
+        calls = [c.model_dump() for c in m.tool_calls] if m.tool_calls else None
+        try:
+            flat[-1].update(template_fields(i, m.role, calls, m.tool_call_id, m.reasoning_content))
+        except ToolError as exc:
+            raise ApiError(400, exc.message, param=exc.param, code=exc.code) from None
     return flat, images
 
 
-def render(apply_chat_template: Callable[..., str], messages: list[dict[str, Any]]) -> str:
-    """The prompt text: the chat template with the generation prompt, or a plain transcript without one."""
+def tool_turn(messages: list[Message]) -> int | None:
+    """The index of the first message that only a template rendering tools can render, or None."""
+    return next((i for i, m in enumerate(messages) if m.role == "tool" or m.tool_calls), None)
+
+
+def render(
+    apply_chat_template: Callable[..., str],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    with_tools: bool = False,
+) -> str:
+    """The prompt text: the chat template with the generation prompt, or a plain transcript for a model without
+    one. With tools or tool turns (`with_tools`), a template that fails is a 400: a transcript would drop them."""
     try:
+        if tools:
+            return apply_chat_template(messages, add_generation_prompt=True, tools=tools)
         return apply_chat_template(messages, add_generation_prompt=True)
-    except Exception:
+    except Exception as exc:
+        if tools or with_tools:
+            msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise ApiError(
+                400, f"the model's chat template cannot render this conversation: {msg}", param="messages"
+            ) from None
         # a model without a chat template: a plain transcript
         return transcript(messages)
 

@@ -39,7 +39,8 @@ MAX_SCHEMA_BYTES = 64 * 1024  # a json_schema this large is refused before it is
 MIN_POSITIVE = 1e-6
 
 # Why a field is refused (the 400's message; the docs table says the same)
-TOOLS_LATER = "tool calling is not supported by this server yet"
+LEGACY_FUNCTIONS = "the deprecated functions API is not supported: use tools and tool_choice"
+FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 
 class RequestError(Exception):
@@ -112,6 +113,19 @@ class ContentPart(_Strict):
         return self
 
 
+class CalledFunction(_Strict):
+    name: str = Field(pattern=FUNCTION_NAME)
+    arguments: str  # a JSON object, serialized (as OpenAI returns it)
+
+
+class AssistantToolCall(_Strict):
+    """A tool call of an earlier assistant turn."""
+
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class Message(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     # None (an assistant turn with tool calls), a string, or a list of parts; a string becomes one part
@@ -119,16 +133,29 @@ class Message(_Strict):
     name: str | None = None  # accepted: the chat template input has role and content only
     refusal: Annotated[str | None, refuse("an assistant refusal cannot be given to the chat template")] = None
     audio: Annotated[Any, refuse("audio is not supported by this server")] = None
-    tool_calls: Annotated[Any, refuse(TOOLS_LATER)] = None
-    tool_call_id: Annotated[Any, refuse(TOOLS_LATER)] = None
-    function_call: Annotated[Any, refuse(TOOLS_LATER)] = None
+    tool_calls: list[AssistantToolCall] | None = None  # assistant turns: to the chat template
+    tool_call_id: str | None = None  # tool turns: to the chat template
+    reasoning_content: str | None = None  # assistant turns (vendor, as vLLM): to the chat template
+    function_call: Annotated[Any, refuse(LEGACY_FUNCTIONS)] = None
 
     @field_validator("role")
     @classmethod
-    def _no_tool_role(cls, v: str) -> str:
-        if v in ("tool", "function"):
-            raise PydanticCustomError("unsupported_value", f"'{v}' messages: {TOOLS_LATER}")
+    def _no_function_role(cls, v: str) -> str:
+        if v == "function":
+            raise PydanticCustomError("unsupported_value", f"'function' messages: {LEGACY_FUNCTIONS}")
         return v
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> Message:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise PydanticCustomError("tool_calls", "'tool_calls' belong to assistant messages")
+        if self.role == "tool" and not self.tool_call_id:
+            raise PydanticCustomError("tool_call_id", "a tool message needs the 'tool_call_id' it answers")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise PydanticCustomError("tool_call_id", "'tool_call_id' belongs to tool messages")
+        if self.reasoning_content is not None and self.role != "assistant":
+            raise PydanticCustomError("reasoning_content", "'reasoning_content' belongs to assistant messages")
+        return self
 
     @field_validator("content", mode="before")
     @classmethod
@@ -164,6 +191,36 @@ class ResponseFormat(_Strict):
         if self.type != "json_schema" and self.json_schema is not None:
             raise PydanticCustomError("invalid_value", "'json_schema' is only allowed when 'type' is 'json_schema'")
         return self
+
+
+class FunctionDef(_Strict):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema of the arguments object
+    # strict: a forced call's arguments always fit the schema here (constrained decoding), strict or not;
+    # an "auto" call is the model's own and is checked for valid JSON only
+    strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _size(cls, v: dict | None) -> dict | None:
+        if v is not None and len(json.dumps(v)) > MAX_SCHEMA_BYTES:
+            raise PydanticCustomError("invalid_value", f"the schema is larger than {MAX_SCHEMA_BYTES} bytes")
+        return v
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Strict):
+    name: str = Field(pattern=FUNCTION_NAME)
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class _Common(_Strict):
@@ -222,12 +279,12 @@ class ChatRequest(_Common):
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
-    # tools: the "tools" integration honours these; until then anything that would change the answer is refused
-    tools: Annotated[list[Any] | None, refuse_unless(TOOLS_LATER, [])] = None
-    tool_choice: Annotated[Any, refuse_unless(TOOLS_LATER, "none")] = None
-    parallel_tool_calls: bool | None = None  # no effect without tools
-    functions: Annotated[list[Any] | None, refuse_unless(TOOLS_LATER, [])] = None
-    function_call: Annotated[Any, refuse_unless(TOOLS_LATER, "none")] = None
+    # tools: rendered by the chat template, calls parsed by the model family's parser (openai/assistant.py)
+    tools: list[Tool] | None = Field(None, max_length=128)
+    tool_choice: str | NamedToolChoice | None = None  # "none", "auto", "required" or a named function
+    parallel_tool_calls: bool | None = None
+    functions: Annotated[list[Any] | None, refuse_unless(LEGACY_FUNCTIONS, [])] = None
+    function_call: Annotated[Any, refuse_unless(LEGACY_FUNCTIONS, "none")] = None
     # refused: this server generates text only, without those features
     modalities: Annotated[list[str] | None, refuse_unless("only the 'text' modality is supported", ["text"])] = None
     audio: Annotated[Any, refuse("audio output is not supported by this server")] = None
@@ -238,6 +295,29 @@ class ChatRequest(_Common):
 
     def new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> Any:
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if isinstance(v, dict):
+            try:
+                return NamedToolChoice.model_validate(v)
+            except ValidationError:
+                pass
+        raise PydanticCustomError(
+            "invalid_value",
+            "'tool_choice' must be 'none', 'auto', 'required' or "
+            '{"type": "function", "function": {"name": ...}}',
+        )
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> ChatRequest:
+        names = [t.function.name for t in self.tools or ()]
+        if len(set(names)) != len(names):
+            raise PydanticCustomError("tools", "two tools have the same function name")
+        return self
 
 
 class CompletionRequest(_Common):
@@ -281,7 +361,9 @@ _HINTS = {
     "prompt": "must be a string or a list of one string (one prompt per request)",
 }
 # model validators raise these: the field they name is added to the location
-_MODEL_ERRORS = {"stream_options": "stream_options"}
+_MODEL_ERRORS = {"stream_options": "stream_options", "tools": "tools"}
+# message-level model validators: the field is added to the message's location
+_MESSAGE_ERRORS = {"tool_calls", "tool_call_id", "reasoning_content"}
 
 
 def param_path(loc: tuple) -> str | None:
@@ -308,6 +390,8 @@ def error_of(exc: ValidationError) -> RequestError:
         return RequestError(f"Unrecognized request argument supplied: '{param}'", param, "unknown_parameter")
     if kind in _MODEL_ERRORS:  # raised by a model validator: no field location of its own
         param = _MODEL_ERRORS[kind]
+    elif kind in _MESSAGE_ERRORS:
+        param = f"{param}.{kind}"
     code = "invalid_type" if kind in _TYPE_ERRORS else _CODES.get(kind, "invalid_value")
     msg = err["msg"]
     last = err["loc"][-1] if err["loc"] else None

@@ -4,8 +4,8 @@
 and a blank line), the per-text chunk from bytes computed once per stream (it is the hot path: one per
 stream per write). Pure.
 
-Tools/reasoning (ovserve "tools" helper): `message(...)` and `Chunks.delta(...)` are where `tool_calls` and
-`reasoning_content` join the message and the deltas.
+Tool calls and reasoning: `completion(message=...)` takes the assistant message openai/assistant.py built
+(content, reasoning_content, tool_calls) and `Chunks.fields(...)` a stream delta of its (one of those fields).
 """
 
 from __future__ import annotations
@@ -36,11 +36,19 @@ def message(text: str) -> dict[str, Any]:
 
 
 def completion(
-    rid: str, chat: bool, model: str, created: int, text: str, finish: str, usage_: dict[str, int]
+    rid: str,
+    chat: bool,
+    model: str,
+    created: int,
+    text: str,
+    finish: str,
+    usage_: dict[str, int],
+    message: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The body of a non-streaming response."""
+    """The body of a non-streaming response (`message`: the assistant message, when not just `text`)."""
     if chat:
-        choice = {"index": 0, "message": message(text), "logprobs": None, "finish_reason": finish}
+        msg = message if message is not None else globals()["message"](text)
+        choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": finish}
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
     return {
@@ -81,6 +89,10 @@ class Chunks:
         else:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
         return sse(self._payload([choice]))
+
+    def fields(self, delta: dict[str, Any]) -> bytes:
+        """A chat chunk whose delta is `delta` (reasoning_content, content or tool_calls)."""
+        return sse(self._payload([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]))
 
     def first(self) -> bytes:
         """What a stream starts with: the chat role chunk; nothing for completions."""

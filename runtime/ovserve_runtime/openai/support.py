@@ -37,8 +37,14 @@ def _same(name: str, endpoints: str, status: str, note: str = "") -> Field:
 FIELDS: tuple[Field, ...] = (
     _same("model", "both", H, "must be the served name (404 otherwise); may be omitted"),
     _same("messages", "chat", H, "roles system, developer, user, assistant; text and image_url parts"),
-    _same("messages[].role: tool, function", "chat", R, "until tool calling lands"),
-    _same("messages[].tool_calls, tool_call_id, function_call", "chat", R, "until tool calling lands"),
+    _same("messages[].role: tool", "chat", H, "a tool result (tool_call_id required), to the chat template"),
+    _same(
+        "messages[].tool_calls, tool_call_id, reasoning_content",
+        "chat",
+        H,
+        "to the chat template (tool-call arguments as an object); 400 tools when it renders no tools",
+    ),
+    _same("messages[].role: function, function_call", "chat", R, "the deprecated functions API"),
     _same("messages[].name", "chat", A, "the chat template input has role and content only"),
     _same("messages[].refusal, audio", "chat", R, "null only"),
     Field("messages[].content[].image_url", "chat", R, R, H, "VLM only; data: URLs; --max-images and size bounds"),
@@ -56,9 +62,22 @@ FIELDS: tuple[Field, ...] = (
     _same("logprobs, top_logprobs", "both", R, "false / 0 only"),
     Field("response_format: json_object, json_schema", "chat", H, H, R, "constrained decoding (compact JSON)"),
     _same("response_format: text", "chat", H),
-    _same("tools, functions", "chat", R, "[] only, until tool calling lands"),
-    _same("tool_choice, function_call", "chat", R, '"none" only, until tool calling lands'),
-    _same("parallel_tool_calls", "chat", A, "no effect without tools"),
+    _same(
+        "tools",
+        "chat",
+        H,
+        "rendered by the chat template, calls parsed by --tool-parser (400 when the template renders no tools)",
+    ),
+    Field(
+        "tool_choice",
+        "chat",
+        H,
+        H,
+        "none, auto",
+        "required / a named function: constrained decoding, finish_reason tool_calls (VLM: refused)",
+    ),
+    _same("parallel_tool_calls", "chat", H, "false: at most one call; forced calls: 1 to 8"),
+    _same("functions, function_call", "chat", R, "the deprecated functions API: use tools"),
     _same("modalities", "chat", R, '["text"] only'),
     _same("audio, prediction, reasoning_effort, verbosity, web_search_options", "chat", R),
     _same(
@@ -103,6 +122,23 @@ def check(body: ChatRequest | CompletionRequest, support: PipelineSupport) -> No
             400,
             f"response_format '{fmt.type}' is not supported by this model's pipeline",
             param="response_format.type",
+            code="unsupported_value",
+        )
+    choice = getattr(body, "tool_choice", None)
+    forced = choice == "required" or (choice is not None and not isinstance(choice, str))
+    if forced and getattr(body, "tools", None) and not support.structured_output:
+        raise ApiError(
+            400,
+            "a forced tool call (tool_choice required or a named function) needs constrained decoding, "
+            "which this model's pipeline does not have",
+            param="tool_choice",
+            code="unsupported_value",
+        )
+    if forced and fmt is not None and fmt.type != "text":
+        raise ApiError(
+            400,
+            "response_format and a forced tool call both constrain the output: ask for one of them",
+            param="response_format",
             code="unsupported_value",
         )
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import re
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -420,92 +419,12 @@ def regex_literal(text: str) -> str:
 
 
 def arguments_regex(parameters: dict[str, Any] | None) -> str:
-    """A compact regex (no free whitespace) of the JSON objects a parameters schema allows: free whitespace
-    lets a small or random-weight model write spaces until max_tokens. outlines-core ignores integer
-    bounds, so a bounded integer is swapped for a placeholder and its range regex put in afterwards."""
-    from outlines_core.json_schema import build_regex_from_schema
+    """The compact regex (no free whitespace, integer bounds kept: grammar.schema_regex) of the JSON objects a
+    parameters schema allows; free whitespace lets a small or random-weight model write spaces until
+    max_tokens. A function without parameters takes `{}`."""
+    from .grammar import schema_regex
 
-    ranges: list[str] = []
-    schema = _bound_integers(parameters if parameters else _EMPTY_OBJECT, ranges)
-    regex = build_regex_from_schema(json.dumps(schema), whitespace_pattern="")
-    # outlines-core keeps U+007F-U+009F out of strings (JSON allows them); XGrammar's byte-level classes
-    # clamp that range with a warning per request: exclude only U+007F
-    regex = regex.replace(r"\x7F-\x9F", r"\x7F")
-    for i, r in enumerate(ranges):
-        regex = regex.replace(f'"{_PLACEHOLDER}{i}"', f"({r})")
-    return regex
-
-
-_PLACEHOLDER = "ovserveboundedinteger"  # letters only: outlines-core escapes none of it
-
-
-def _bound_integers(node: Any, ranges: list[str]) -> Any:
-    """A copy of a schema whose bounded integers are placeholder constants (their regex in `ranges`)."""
-    if isinstance(node, list):
-        return [_bound_integers(v, ranges) for v in node]
-    if not isinstance(node, dict):
-        return node
-    if node.get("type") == "integer" and "enum" not in node and "const" not in node:
-        lo, hi = node.get("minimum"), node.get("maximum")
-        if isinstance(node.get("exclusiveMinimum"), int | float) and not isinstance(node["exclusiveMinimum"], bool):
-            lo = max(lo, node["exclusiveMinimum"]) if lo is not None else node["exclusiveMinimum"]
-            lo = int(lo) + 1 if lo == int(lo) else lo
-        if isinstance(node.get("exclusiveMaximum"), int | float) and not isinstance(node["exclusiveMaximum"], bool):
-            hi = min(hi, node["exclusiveMaximum"]) if hi is not None else node["exclusiveMaximum"]
-            hi = int(hi) - 1 if hi == int(hi) else hi
-        if lo is not None or hi is not None:
-            lo = None if lo is None else math.ceil(lo)
-            hi = None if hi is None else math.floor(hi)
-            if lo is not None and hi is not None and lo > hi:
-                raise ValueError(f"integer bounds admit no value: minimum {lo} > maximum {hi}")
-            ranges.append(int_range_regex(lo, hi))
-            return {"const": f"{_PLACEHOLDER}{len(ranges) - 1}"}
-    return {k: _bound_integers(v, ranges) for k, v in node.items()}
-
-
-def int_range_regex(lo: int | None, hi: int | None) -> str:
-    """A regex of the decimal integers (JSON syntax: no leading zeros, no -0) in [lo, hi]; None = unbounded."""
-    alts: list[str] = []
-    if lo is None or lo < 0:  # the negative part, as -(a positive range)
-        neg_hi = None if lo is None else -lo  # magnitudes from max(1, -hi) to -lo
-        neg_lo = 1 if hi is None or hi >= 0 else -hi
-        alts += ["-" + a for a in _nonneg(neg_lo, neg_hi)]
-    if hi is None or hi >= 0:
-        alts += _nonneg(max(lo, 0) if lo is not None else 0, hi)
-    return "|".join(alts)
-
-
-def _nonneg(lo: int, hi: int | None) -> list[str]:
-    """Alternatives matching the integers lo..hi (hi None: no bound), 0 <= lo."""
-    if hi is None:
-        d = len(str(lo))
-        return [*_nonneg(lo, 10**d - 1), f"[1-9][0-9]{{{d},}}"]
-    if lo > hi:
-        return []
-    out: list[str] = []
-    while len(str(lo)) < len(str(hi)):  # split at each new digit count
-        top = 10 ** len(str(lo)) - 1
-        out += _same_length(str(lo), str(top))
-        lo = top + 1
-    return out + _same_length(str(lo), str(hi))
-
-
-def _same_length(a: str, b: str) -> list[str]:
-    """Alternatives matching the digit strings from a to b, both of one length."""
-    if a == b:
-        return [a]
-    if len(a) == 1:
-        return [f"[{a}-{b}]"]
-    rest = len(a) - 1
-    if a[1:] == "0" * rest and b[1:] == "9" * rest:
-        return [f"[{a[0]}-{b[0]}][0-9]{{{rest}}}"]
-    if a[0] == b[0]:
-        return [a[0] + "(" + "|".join(_same_length(a[1:], b[1:])) + ")"]
-    out = [a[0] + "(" + "|".join(_same_length(a[1:], "9" * rest)) + ")"]
-    if int(a[0]) + 1 <= int(b[0]) - 1:
-        out.append(f"[{int(a[0]) + 1}-{int(b[0]) - 1}][0-9]{{{rest}}}")
-    out.append(b[0] + "(" + "|".join(_same_length("0" * rest, b[1:])) + ")")
-    return out
+    return schema_regex(parameters if parameters else _EMPTY_OBJECT)
 
 
 def forced_calls(
