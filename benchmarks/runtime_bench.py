@@ -32,6 +32,10 @@ our throughput: its client spends several times more CPU per token than the lean
 server uses, and refills a slot only after a round trip through its own processes, while the server's CPU
 per token is no higher under aiperf.
 
+Embeddings (`--mode embeddings`, benchmarks/embeddings_bench.py): /v3/embeddings over HTTP vs the raw
+TextEmbeddingPipeline in documents per second at --streams concurrent clients (default models tiny-embed-bench,
+tiny-embed: `hack/models/encoders/build.sh bench`).
+
 usage: .venv/bin/python benchmarks/runtime_bench.py [--models tiny-llm,tiny-bench,bench-qwen]
          [--streams 1,16,64] [--legacy-streams 16,64 | --legacy-streams ''] [--max-tokens 64] [--reps 3]
          [--aiperf [--aiperf-requests 4]]
@@ -622,7 +626,15 @@ def print_aiperf(name: str, res: dict, max_tokens: int) -> None:
 def main() -> None:
     models = Path(os.environ.get("OVSERVE_MODELS", "/var/cache/ovserve/models"))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="tiny-llm,tiny-bench,bench-qwen")
+    ap.add_argument("--mode", choices=["generation", "embeddings"], default="generation")
+    ap.add_argument(
+        "--models",
+        default=None,
+        help="default: tiny-llm,tiny-bench,bench-qwen (embeddings: tiny-embed-bench,tiny-embed)",
+    )
+    ap.add_argument("--docs", type=int, default=1024, help="embeddings: documents per run")
+    ap.add_argument("--docs-per-request", type=int, default=1, help="embeddings: documents in one request")
+    ap.add_argument("--embeddings-max-batch", type=int, default=64, help="embeddings: the server's batch")
     ap.add_argument("--streams", default="1,16,64")
     ap.add_argument("--legacy-streams", default="16,64", help="'' skips the legacy comparison")
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -645,6 +657,13 @@ def main() -> None:
     )
     ap.add_argument("--aiperf-requests", type=int, default=4, help="aiperf sends this many x N requests")
     a = ap.parse_args()
+    if a.mode == "embeddings":
+        import embeddings_bench
+
+        a.models = a.models or "tiny-embed-bench,tiny-embed"
+        embeddings_bench.run(a, models)
+        return
+    a.models = a.models or "tiny-llm,tiny-bench,bench-qwen"
     a.aiperf_exe = find_aiperf() if a.aiperf else None
     print(
         f"max_tokens {a.max_tokens}, {a.reps} paired reps, threads {a.threads}, client {a.client} "

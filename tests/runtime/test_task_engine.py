@@ -67,7 +67,7 @@ def test_a_bad_input_fails_alone(faulty):
 
     out = asyncio.run(go())
     assert [k for k, _ in out] == ["done", "error", "done"]
-    assert len(out[2][1]) == 2 and not fatal and engine.fatal is None
+    assert len(out[2][1][0]) == 2 and out[2][1][1] > 0 and not fatal and engine.fatal is None
 
 
 def test_a_broken_pipeline_fails_every_job_and_turns_fatal(faulty):

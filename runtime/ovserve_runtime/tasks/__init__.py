@@ -46,7 +46,7 @@ class Loaded:
 def install_routes(app: Any) -> None:
     from .serving import TaskHandler
 
-    app.task_handlers = {t: TaskHandler(app, t, path) for t, path in TASK_ROUTES.items()}
+    app.task_handlers = {t: TaskHandler(app, t, path, inline=t == Task.EMBEDDINGS) for t, path in TASK_ROUTES.items()}
     r = app.web.router
     for prefix in endpoints.API_PREFIXES:
         for t, path in TASK_ROUTES.items():

@@ -114,21 +114,12 @@ class Embeddings:
                 f"'dimensions' {dims} is not supported: this model embeds in {why}", "dimensions", "unsupported_value"
             )
         texts = [body.input] if isinstance(body.input, str) else list(body.input)
-        rows = encode_rows(self.engine.tokenizer, texts, True)
-        lengths = [len(r) for r in rows]
-        if self.limit is not None:
-            for i, n in enumerate(lengths):
-                if n > self.limit:
-                    where = "input" if isinstance(body.input, str) else f"input[{i}]"
-                    raise ApiError(
-                        400,
-                        f"'{where}' has {n} tokens, more than the limit of {self.limit}",
-                        param=where,
-                        code="context_length_exceeded",
-                    )
-        return Job(texts=texts), Context(body=body, tokens=sum(lengths), dimensions=dims)
+        # tokens are counted (and the context limit checked) by the worker, in one tokenizer call per batch
+        job = Job(texts=texts, extra={"single": isinstance(body.input, str)})
+        return job, Context(body=body, tokens=0, dimensions=dims)
 
-    def respond(self, job: Job, vectors: list, ctx: Context) -> dict:
+    def respond(self, job: Job, result: tuple[list, int], ctx: Context) -> dict:
+        vectors, ctx.tokens = result
         data = []
         for i, v in enumerate(vectors):
             vec = np.asarray(v, dtype=np.float32)
@@ -179,17 +170,48 @@ def construct(flags: RuntimeFlags, p: EmbeddingsPlan, max_length: int | None, pr
     return g.TextEmbeddingPipeline(flags.model_path, flags.device, pipeline_config(p, max_length), **properties)
 
 
-def make_engine(pipeline: Any, tokenizer: Any, max_batch: int) -> TaskEngine:
-    def run(jobs: Sequence[Job]) -> list[Any]:
-        texts = [t for j in jobs for t in j.texts]
-        vectors = pipeline.embed_documents(texts)
-        out, at = [], 0
-        for j in jobs:
-            out.append(vectors[at : at + len(j.texts)])
-            at += len(j.texts)
-        return out
+def make_engine(pipeline: Any, tokenizer: Any, max_batch: int, limit: int | None = None) -> TaskEngine:
+    """The worker's call: one tokenizer call for the texts of every job (usage.prompt_tokens and the context
+    limit: a job with a text over it gets its 400 and leaves the call), then one embed_documents call."""
 
-    return TaskEngine("embeddings", run, tokenizer, max_batch, batch_jobs=True, smoke=Job(texts=[SMOKE_TEXT]))
+    def run(jobs: Sequence[Job]) -> list[Any]:
+        from ..openai.errors import ApiError
+
+        texts = [t for j in jobs for t in j.texts]
+        lengths = [len(r) for r in encode_rows(tokenizer, texts, True)]
+        results: list[Any] = [None] * len(jobs)
+        keep: list[int] = []
+        at = 0
+        for k, j in enumerate(jobs):
+            own = lengths[at : at + len(j.texts)]
+            at += len(j.texts)
+            over = next((i for i, n in enumerate(own) if limit is not None and n > limit), None)
+            if over is not None:
+                where = "input" if j.extra.get("single") else f"input[{over}]"
+                results[k] = ApiError(
+                    400,
+                    f"'{where}' has {own[over]} tokens, more than the limit of {limit}",
+                    param=where,
+                    code="context_length_exceeded",
+                )
+            else:
+                results[k] = sum(own)
+                keep.append(k)
+        if keep:
+            vectors = pipeline.embed_documents([t for k in keep for t in jobs[k].texts])
+            at = 0
+            for k in keep:
+                n = len(jobs[k].texts)
+                results[k] = (vectors[at : at + n], results[k])
+                at += n
+        return results
+
+    def merge(parts: list[tuple[list, int]]) -> tuple[list, int]:
+        return [v for vs, _ in parts for v in vs], sum(n for _, n in parts)
+
+    return TaskEngine(
+        "embeddings", run, tokenizer, max_batch, batch_jobs=True, smoke=Job(texts=[SMOKE_TEXT]), merge=merge
+    )
 
 
 def load(flags: RuntimeFlags, served_name: str, limit: int | None, properties: dict) -> Embeddings:
@@ -204,7 +226,7 @@ def load(flags: RuntimeFlags, served_name: str, limit: int | None, properties: d
     size = embedding_size(facts)
     pipe = construct(flags, p, limit, properties)
     tokenizer = g.Tokenizer(flags.model_path)
-    engine = make_engine(pipe, tokenizer, flags.embeddings_max_batch)
+    engine = make_engine(pipe, tokenizer, flags.embeddings_max_batch, limit)
     if size is None:  # a dynamic output: the pipeline's answer says
         size = len(pipe.embed_documents([SMOKE_TEXT])[0])
     report = EmbeddingsReport(

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from ..engine import EngineError, Events
+from ..http.app import INLINE_BODY_BYTES
 from ..openai.errors import ApiError, event_error
 from ..openai.request import RequestError
 from ..report import State, Task
@@ -37,8 +38,9 @@ def wrong_task(served: Task | None, path: str, wanted: Task) -> ApiError:
 class TaskHandler:
     """One task's endpoint on the server `app` (http.App)."""
 
-    def __init__(self, app: Any, task: Task, endpoint: str) -> None:
+    def __init__(self, app: Any, task: Task, endpoint: str, inline: bool = False) -> None:
         self.app = app
+        self.inline = inline  # prepare() is cheap (no tokenization): a small body is prepared on the loop
         self.task = task
         self.endpoint = endpoint  # the metrics label
         self.prepare: Prepare | None = None  # set by the task's loader once the pipeline runs
@@ -102,6 +104,8 @@ class TaskHandler:
 
     async def _prepare(self, raw: bytes) -> tuple[Job, Any]:
         try:
+            if self.inline and len(raw) <= INLINE_BODY_BYTES:  # a pool round trip costs more than parsing it
+                return self.prepare(raw)
             return await asyncio.get_running_loop().run_in_executor(self.app.pool, self.prepare, raw)
         except RequestError as exc:
             raise ApiError(400, exc.message, param=exc.param, code=exc.code) from None

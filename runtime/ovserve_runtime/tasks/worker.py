@@ -56,6 +56,11 @@ class Job:
                 pass  # the loop is closed: nobody waits
 
 
+def _deliver(items: list) -> None:
+    for events, event in items:
+        events.put_nowait(event)
+
+
 # run(jobs) -> one result per job (a list of vectors, or of (index, score) pairs)
 RunBatch = Callable[[Sequence[Job]], list[Any]]
 
@@ -68,9 +73,19 @@ class TaskEngine:
     observed = None  # decisions.Observed of a generation engine; the record takes its defaults
     speculative = None
 
-    def __init__(self, name: str, run: RunBatch, tokenizer: Any, max_batch: int, batch_jobs: bool, smoke: Job) -> None:
+    def __init__(
+        self,
+        name: str,
+        run: RunBatch,
+        tokenizer: Any,
+        max_batch: int,
+        batch_jobs: bool,
+        smoke: Job,
+        merge: Callable[[list], Any] | None = None,
+    ) -> None:
         self.kind = name
         self.run = run
+        self.merge = merge  # the results of a large job's slices -> its one result
         self.tokenizer = tokenizer
         self.max_batch = max(1, max_batch)
         self.batch_jobs = batch_jobs  # several jobs in one call (embeddings) or one job per call (rerank)
@@ -194,17 +209,33 @@ class TaskEngine:
             for job in jobs:  # one bad input must not fail its neighbours: each alone
                 self._serve([job])
             return
+        # one wake-up of the event loop for the whole call (a call_soon_threadsafe per job was the largest part
+        # of the worker's time with many small requests); a result that is an exception is that job's error
+        by_loop: dict[Any, list] = {}
         for job, result in zip(jobs, results, strict=True):
-            job.emit("done", result)
+            kind = "error" if isinstance(result, BaseException) else "done"
+            if job.loop is None or job.events is None or type(job).emit is not Job.emit:
+                job.emit(kind, result)  # the smoke probe and jobs without a loop
+            elif not job.finished:
+                job.finished = True
+                by_loop.setdefault(job.loop, []).append((job.events, (kind, result)))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits
 
     def _call(self, jobs: Sequence[Job]) -> list[Any]:
-        if len(jobs) == 1 and self.batch_jobs and len(jobs[0].texts) > self.max_batch:
+        if len(jobs) == 1 and self.batch_jobs and len(jobs[0].texts) > self.max_batch and self.merge is not None:
             job = jobs[0]  # a request larger than a batch: its texts in slices, one result
-            out: list[Any] = []
+            parts = []
             for i in range(0, len(job.texts), self.max_batch):
-                part = Job(texts=job.texts[i : i + self.max_batch], query=job.query)
-                out.extend(self._run([part])[0])
-            return [out]
+                part = Job(texts=job.texts[i : i + self.max_batch], query=job.query, extra=job.extra)
+                res = self._run([part])[0]
+                if isinstance(res, BaseException):
+                    return [res]
+                parts.append(res)
+            return [self.merge(parts)]
         return self._run(jobs)
 
     def _run(self, jobs: Sequence[Job]) -> list[Any]:

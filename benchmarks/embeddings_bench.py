@@ -1,0 +1,182 @@
+"""Embeddings mode of runtime_bench.py: ovserve-runtime's /v3/embeddings over HTTP vs the raw
+TextEmbeddingPipeline, in documents per second, at C concurrent clients.
+
+raw   TextEmbeddingPipeline in this process with the config the server reports it resolved, the same
+      documents embedded in calls of C x --docs-per-request texts (capped at the server's batch): what
+      perfect batching of C clients' requests would give the pipeline
+http  ovserve-runtime as a subprocess; C clients (aiohttp, one connection each) loop sending requests of
+      --docs-per-request documents (base64, the openai client's default) until all documents are embedded
+Raw and HTTP runs alternate (`--reps` paired runs per C); the table shows medians and the spread of the
+paired HTTP/raw ratio. Documents: synthetic sentences of 8-40 words (no hub).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import socket
+import statistics as st
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+WORDS = (
+    "hello world the quick brown fox jumps over lazy dog openvino genai kubernetes operator serving runtime model "
+    "pipeline token batch cache attention embedding rerank query document search retrieval vector index question "
+    "answer paris france capital river city mountain red green blue cat house tree book page"
+).split()
+
+
+def documents(n: int, seed: int = 0) -> list[str]:
+    rnd = random.Random(seed)
+    return [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(8, 40))) for _ in range(n)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EmbedServer:
+    def __init__(self, model: str, threads: int, max_batch: int, extra: list[str]) -> None:
+        port = _free_port()
+        cmd = [sys.executable, "-m", "ovserve_runtime", "--model-path", model, "--host", "127.0.0.1"]
+        cmd += ["--port", str(port), "--inference-threads", str(threads), "--served-name", "bench"]
+        cmd += ["--embeddings-max-batch", str(max_batch), "--max-queued-requests", "4096"]
+        cmd += ["--termination-log", os.devnull, "--log-level", "WARNING", *extra]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited {self.proc.returncode}: {self.proc.stderr.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.proc.kill()
+        raise SystemExit("server not ready")
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(self.url + "/v1/status", timeout=5) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def raw_pipeline(model: str, status: dict, threads: int):
+    import openvino_genai as g
+
+    rep = status["embeddings"]
+    c = g.TextEmbeddingPipeline.Config()
+    c.pooling_type = getattr(g.TextEmbeddingPipeline.PoolingType, rep["pooling"]["value"])
+    c.normalize = rep["normalize"]["value"] == "true"
+    if rep.get("maxLength"):
+        c.max_length = rep["maxLength"]
+    return g.TextEmbeddingPipeline(model, "CPU", c, INFERENCE_NUM_THREADS=threads)
+
+
+def raw_run(pipe, docs: list[str], batch: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(0, len(docs), batch):
+        pipe.embed_documents(docs[i : i + batch])
+    return len(docs) / (time.perf_counter() - t0)
+
+
+async def _http_run(url: str, docs: list[str], clients: int, per_request: int) -> float:
+    import aiohttp
+
+    chunks = [docs[i : i + per_request] for i in range(0, len(docs), per_request)]
+    it = iter(chunks)
+    done = 0
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        nonlocal done
+        for chunk in it:
+            body = {"model": "bench", "input": chunk, "encoding_format": "base64"}
+            async with session.post(url + "/v3/embeddings", json=body) as r:
+                data = json.loads(await r.read())
+                if r.status != 200:
+                    raise SystemExit(f"HTTP {r.status}: {data}")
+                done += len(data["data"])
+
+    conn = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=conn) as session:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(session) for _ in range(clients)))
+        wall = time.perf_counter() - t0
+    assert done == len(docs), (done, len(docs))
+    return len(docs) / wall
+
+
+def bench(model: str, a) -> dict:
+    clients = [int(x) for x in a.streams.split(",") if x]
+    docs = documents(a.docs)
+    extra = a.server_args.split() if a.server_args else []
+    server = EmbedServer(model, a.threads, a.embeddings_max_batch, extra)
+    out: dict = {"model": Path(model).name, "rows": []}
+    try:
+        pipe = raw_pipeline(model, server.status(), a.threads)
+        raw_run(pipe, docs[:64], 16)  # warm-up both sides
+        asyncio.run(_http_run(server.url, docs[:64], 4, a.docs_per_request))
+        for c in clients:
+            batch = min(c * a.docs_per_request, a.embeddings_max_batch)
+            raws, https, ratios = [], [], []
+            for _ in range(a.reps):
+                r = raw_run(pipe, docs, batch)
+                h = asyncio.run(_http_run(server.url, docs, c, a.docs_per_request))
+                raws.append(r)
+                https.append(h)
+                ratios.append(h / r)
+            out["rows"].append(
+                {
+                    "clients": c,
+                    "raw_batch": batch,
+                    "raw_docs_s": st.median(raws),
+                    "http_docs_s": st.median(https),
+                    "ratio": st.median(ratios),
+                    "ratio_min": min(ratios),
+                    "ratio_max": max(ratios),
+                }
+            )
+            print(f"  {c} clients done", file=sys.stderr)
+    finally:
+        server.stop()
+    return out
+
+
+def print_table(res: dict, a) -> None:
+    print(
+        f"\n## {res['model']}: embeddings, {a.docs} documents, {a.docs_per_request} per request, "
+        f"threads {a.threads}, max batch {a.embeddings_max_batch}, {a.reps} paired reps"
+    )
+    print("| clients | raw batch | raw docs/s | HTTP docs/s | HTTP/raw (min-max) |")
+    print("|---|---|---|---|---|")
+    for r in res["rows"]:
+        print(
+            f"| {r['clients']} | {r['raw_batch']} | {r['raw_docs_s']:.0f} | {r['http_docs_s']:.0f} | "
+            f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) |"
+        )
+
+
+def run(a, models_dir: Path) -> None:
+    for m in a.models.split(","):
+        path = Path(m) if "/" in m else models_dir / m
+        if not (path / "openvino_model.xml").is_file():
+            print(f"skipping {m}: no model at {path}", file=sys.stderr)
+            continue
+        res = bench(str(path), a)
+        print_table(res, a)
+        if a.json:
+            print("RESULT " + json.dumps(res))
+        sys.stdout.flush()
