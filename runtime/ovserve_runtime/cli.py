@@ -19,7 +19,8 @@ from pathlib import Path
 
 from . import decisions
 from .flags import RuntimeFlags, add_arguments, from_sources
-from .report import PipelineReport, Reason, RuntimeReport, State, TaskReport, Versions
+from .openai import assistant
+from .report import PipelineReport, Reason, RuntimeReport, State, Task, TaskReport, Versions
 from .sources import ConfigError
 
 log = logging.getLogger("ovserve.cli")
@@ -191,6 +192,8 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         max_position=loaded.max_position,
         speculative=speculative,
     )
+    if loaded.task.resolved == Task.TEXT_GENERATION:  # embeddings and rerank read no tool calls
+        record = record.model_copy(update=assistant.decisions(app.parsers))
     update = {
         "state": State.READY,
         "pipeline": pipeline,

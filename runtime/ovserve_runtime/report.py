@@ -121,6 +121,8 @@ class Decisions(BaseModel):
     speculative: Decision | None = Field(None, description="Speculative decoding mode (none, draft, promptLookup).")
     openvino: Decision | None = Field(None, description="The OpenVINO version of the image.")
     openvinoGenai: Decision | None = Field(None, description="The openvino-genai version of the image.")
+    toolParser: Decision | None = Field(None, description="How tool calls are read from the output (none: off).")
+    reasoningParser: Decision | None = Field(None, description="How reasoning is split off the output (none: off).")
 
     def items(self) -> list[tuple[str, Decision]]:
         """(name, decision) of the decisions that are set, in field order."""

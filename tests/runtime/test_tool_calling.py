@@ -248,6 +248,16 @@ def test_the_status_reports_the_parsers(qwen, thinker, llama, cb_server):
         "llama": ("llama3_json", None),
         "tiny": (None, None),
     }
+    # and in the decision record: automatic, with how AUTO decided
+    d = thinker.status()["decisions"]
+    assert d["toolParser"] == {
+        "value": "hermes",
+        "source": "automatic",
+        "requested": None,
+        "detail": "detected from the chat template (hermes)",
+    }
+    assert d["reasoningParser"]["value"] == "qwen3" and d["reasoningParser"]["source"] == "automatic"
+    assert cb_server.status()["decisions"]["toolParser"]["detail"] == "the chat template renders no tools"
 
 
 def test_reasoning_parser_none_keeps_everything_in_content(chat_models, server_factory):
@@ -256,3 +266,9 @@ def test_reasoning_parser_none_keeps_everything_in_content(chat_models, server_f
     m = r.choices[0].message
     assert getattr(m, "reasoning_content", None) is None and m.content
     assert s.status()["capabilities"]["reasoningParser"] is None
+    assert s.status()["decisions"]["reasoningParser"] == {
+        "value": "none",
+        "source": "requested",
+        "requested": "none",
+        "detail": "",
+    }

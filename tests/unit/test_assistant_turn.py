@@ -204,3 +204,24 @@ def test_template_fields_refused(args, param):
     with pytest.raises(ToolError) as exc:
         assistant.template_fields(*args)
     assert exc.value.param == param
+
+
+def test_the_parsers_are_decisions():
+    auto = assistant.decisions(assistant.resolve_parsers("AUTO", "AUTO", THINK_TEMPLATE))
+    assert auto["toolParser"].model_dump(mode="json") == {
+        "value": "hermes",
+        "source": "automatic",
+        "requested": None,
+        "detail": "detected from the chat template (hermes)",
+    }
+    assert auto["reasoningParser"].value == "qwen3"
+    asked = assistant.decisions(assistant.resolve_parsers("llama3_json", "none", PLAIN_TEMPLATE))
+    assert (asked["toolParser"].value, asked["toolParser"].source, asked["toolParser"].requested) == (
+        "llama3_json",
+        "requested",
+        "llama3_json",
+    )
+    assert "renders no tools" in asked["toolParser"].detail
+    assert (asked["reasoningParser"].value, asked["reasoningParser"].requested) == ("none", "none")
+    off = assistant.decisions(assistant.resolve_parsers("AUTO", "AUTO", PLAIN_TEMPLATE))
+    assert off["toolParser"].value == "none" and off["toolParser"].detail == "the chat template renders no tools"

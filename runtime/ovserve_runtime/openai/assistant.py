@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..report import Decision, Source
 from . import reasoning, tools
 from .reasoning import ReasoningStream
 from .tools import ForcedCalls, Function, ToolCallStream
@@ -74,6 +75,25 @@ def resolve_parsers(tool_flag: str, reasoning_flag: str, chat_template: str | No
         rsn = None if reasoning_flag == NONE else reasoning_flag
         rsn_src, rsn_detail = "requested", ""
     return Parsers(tool, rsn, renders, tool_src, rsn_src, tool_detail, rsn_detail)
+
+
+def decisions(parsers: Parsers) -> dict[str, Decision]:
+    """The parsers as entries of the report's decision record (toolParser, reasoningParser)."""
+    tool = parsers.tool if parsers.renders_tools or parsers.tool_source == "requested" else None
+    return {
+        "toolParser": Decision(
+            value=tool or NONE,
+            source=Source(parsers.tool_source),
+            requested=None if parsers.tool_source == "automatic" else (parsers.tool or NONE),
+            detail=parsers.tool_detail,
+        ),
+        "reasoningParser": Decision(
+            value=parsers.reasoning or NONE,
+            source=Source(parsers.reasoning_source),
+            requested=None if parsers.reasoning_source == "automatic" else (parsers.reasoning or NONE),
+            detail=parsers.reasoning_detail,
+        ),
+    }
 
 
 @dataclass(frozen=True)
