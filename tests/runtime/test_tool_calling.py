@@ -83,11 +83,22 @@ def llama(chat_models, server_factory):
 
 
 @pytest.fixture(scope="module")
+def pythonic(chat_models, server_factory):
+    return server_factory(chat_models / "tiny-llama32", "--served-name", "pythonic")
+
+
+@pytest.fixture(scope="module")
+def legacy(chat_models, server_factory):
+    """The legacy stateful pipeline (LM pinned) on the Qwen2.5 template."""
+    return server_factory(chat_models / "tiny-qwen25", "--served-name", "legacy", "--pipeline-type", "LM")
+
+
+@pytest.fixture(scope="module")
 def thinker(chat_models, server_factory):
     return server_factory(chat_models / "tiny-qwen3", "--served-name", "thinker")
 
 
-@pytest.mark.parametrize("fixture", ["qwen", "llama"])
+@pytest.mark.parametrize("fixture", ["qwen", "llama", "pythonic", "legacy"])
 def test_the_full_tool_loop(request, fixture):
     """call (forced), tool result, answer: each turn goes through the model's chat template."""
     server = request.getfixturevalue(fixture)
@@ -113,7 +124,7 @@ def test_the_full_tool_loop(request, fixture):
     assert a.message.content is not None or a.message.tool_calls
 
 
-@pytest.mark.parametrize("fixture", ["qwen", "llama"])
+@pytest.mark.parametrize("fixture", ["qwen", "llama", "pythonic", "legacy"])
 def test_the_full_tool_loop_streamed(request, fixture):
     server = request.getfixturevalue(fixture)
     c = client(server)

@@ -338,3 +338,29 @@ def test_invalid_tool_fields_are_named(body, param, code):
     with pytest.raises(RequestError) as ei:
         parse(body, True)
     assert (ei.value.param, ei.value.code) == (param, code), ei.value.message
+
+
+@pytest.mark.parametrize(
+    ("fields", "structured", "param"),
+    [
+        ({"tools": [TOOL], "tool_choice": "required"}, False, "tool_choice"),  # a VLM: no constrained decoding
+        ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "f"}}}, False, "tool_choice"),
+        (
+            {"tools": [TOOL], "tool_choice": "required", "response_format": {"type": "json_object"}},
+            True,
+            "response_format",
+        ),
+        ({"tools": [TOOL], "tool_choice": "auto"}, False, None),
+        ({"tools": [TOOL], "tool_choice": "required"}, True, None),
+        ({"tools": [TOOL], "response_format": {"type": "json_object"}}, True, None),  # auto + JSON: no conflict
+    ],
+)
+def test_forced_calls_need_constrained_decoding_and_no_other_constraint(fields, structured, param):
+    body = parse(chat(**fields), True)
+    pipeline = support.PipelineSupport(structured_output=structured, images=not structured)
+    if param is None:
+        support.check(body, pipeline)
+        return
+    with pytest.raises(ApiError) as ei:
+        support.check(body, pipeline)
+    assert (ei.value.status, ei.value.param) == (400, param)
