@@ -111,6 +111,8 @@ def test_concurrent_requests_share_pipeline_calls(embed_server, raw_embedder):
     raw = np.array(raw_embedder.embed_documents(texts))
     np.testing.assert_allclose(np.array([r.data[0].embedding for r in results]), raw, rtol=0, atol=1e-5)
     assert embed_server.metric("ovserve_requests_total", 'endpoint="embeddings",status="200"') >= len(texts)
+    assert embed_server.metric("ovserve_prompt_tokens_total") > 0
+    assert embed_server.metric("ovserve_task_documents_total", 'task="embeddings"') >= len(texts)
 
 
 @pytest.mark.parametrize(

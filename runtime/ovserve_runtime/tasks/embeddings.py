@@ -60,7 +60,8 @@ def parse(raw: bytes) -> EmbeddingsRequest:
         raise err from None
     if isinstance(body.input, list) and body.input and not isinstance(body.input[0], str):
         raise RequestError(
-            "token ids in 'input' are not supported: this server embeds text (send the strings)",
+            "token ids in 'input' are not supported: this server embeds text, send the strings (LangChain's "
+            "OpenAIEmbeddings: check_embedding_ctx_length=False; its token ids are OpenAI's vocabulary anyway)",
             "input",
             "unsupported_value",
         )

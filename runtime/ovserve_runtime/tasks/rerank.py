@@ -92,7 +92,10 @@ class Rerank:
                 param="model",
                 code="model_not_found",
             )
-        enc = self.pair_tokenizer.encode([body.query], texts)
+        if self.pair_tokenizer is not None:
+            enc = self.pair_tokenizer.encode([body.query], texts)
+        else:  # a tokenizer without pairs: the pipeline scores query + document concatenated, counted alike
+            enc = self.engine.tokenizer.encode([body.query + t for t in texts])
         lengths = np.asarray(enc.attention_mask.data).sum(axis=1)
         if self.limit is not None:
             for i, n in enumerate(lengths):
@@ -144,5 +147,9 @@ def load(flags: RuntimeFlags, served_name: str, limit: int | None, properties: d
         c.max_length = limit
     pipe = g.TextRerankPipeline(flags.model_path, flags.device, c, **properties)
     tokenizer = g.Tokenizer(flags.model_path)
-    pair = g.Tokenizer(flags.model_path, add_second_input=True)
+    try:  # the pipeline tokenizes (query, document) pairs when the tokenizer can; counted the same way here
+        pair = g.Tokenizer(flags.model_path, add_second_input=True)
+        pair = pair if pair.supports_paired_input() else None
+    except Exception:
+        pair = None
     return Rerank(make_engine(pipe, tokenizer), pair, served_name, limit, flags.rerank_max_documents)

@@ -87,6 +87,7 @@ class TaskHandler:
             app.metrics.e2e.observe(duration)
             app.admission.observe(duration)
             app.metrics.task_documents.labels(self.task.value).inc(len(job.texts))
+            app.metrics.prompt_tokens.inc(body.get("usage", {}).get("prompt_tokens", 0))
             return web.json_response(body)
         except ApiError as err:
             status = str(err.status)
