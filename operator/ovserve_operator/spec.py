@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from ovserve_runtime import flags
 from ovserve_runtime.flags import Pooling
-from ovserve_runtime.report import Decisions, EmbeddingsReport, PipelineType, Task
+from ovserve_runtime.report import Capabilities, Decisions, EmbeddingsReport, PipelineType, Task
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 GROUP = "ovserve.dev"
@@ -666,6 +666,11 @@ class LLMServingStatus(BaseModel):
     task: TaskStatus | None = Field(None, description="The task requested and the one the pods resolved.")
     embeddings: EmbeddingsReport | None = Field(
         None, description="Task embeddings: pooling and normalization as resolved (and where from), the model's size."
+    )
+    capabilities: Capabilities | None = Field(
+        None,
+        description="What the served model and pipeline answer beyond plain text (structured output, images, tool "
+        "and reasoning parsers, max context), as the current spec's pods report it; absent until one is ready.",
     )
     decisions: Decisions | None = Field(
         None,

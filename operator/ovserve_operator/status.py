@@ -143,6 +143,12 @@ def task_status(f: Facts) -> tuple[api.TaskStatus | None, Any]:
     return out, rep.embeddings
 
 
+def capabilities_status(f: Facts) -> Any:
+    """status.capabilities: what the current spec's pods serve (the first by name that reports it)."""
+    reports = sorted((p for p in f.current if p.report is not None), key=lambda p: p.name)
+    return next((p.report.capabilities for p in reports if p.report.capabilities is not None), None)  # type: ignore[union-attr]
+
+
 def previous_status(f: Facts) -> api.PreviousPods | None:
     """status.previous: pods of earlier specs that still exist, with what they run."""
     old = f.previous
@@ -241,6 +247,7 @@ def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.dateti
         computedAt=stamp,
         task=task,
         embeddings=embeddings,
+        capabilities=capabilities_status(f),
         decisions=decided,
         decisionsDiffer=differ,
         conditions=conditions,

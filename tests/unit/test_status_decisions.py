@@ -106,3 +106,19 @@ def test_the_last_record_is_kept_while_no_pod_reports_one():
     after = compute({"b": ready(record(precision="f32"))}, previous=between.status)
     (e,) = events(after, "DecisionChanged")
     assert e.message == "inferencePrecision: bf16 -> f32"
+
+
+def test_capabilities_of_the_pods_are_the_status():
+    from ovserve_runtime.report import Capabilities
+
+    caps = Capabilities(structuredOutput=True, maxContext=512, maxPromptTokens=256)
+    r = compute({"a": CB_READY.model_copy(update={"capabilities": caps}), "b": LOADING})
+    assert r.status["capabilities"] == {
+        "structuredOutput": True,
+        "images": False,
+        "toolParser": None,
+        "reasoningParser": None,
+        "maxContext": 512,
+        "maxPromptTokens": 256,
+    }
+    assert compute({"a": CB_READY}).status.get("capabilities") is None
