@@ -116,6 +116,18 @@ class Events:
         return self._items.popleft()
 
 
+class Tokens(list):
+    """A "tokens" event's ids with their log-probabilities (`logprobs`), for a request that asked for them."""
+
+    logprobs: list[float]
+
+
+def with_logprobs(ids: list[int], logprobs: list[float]) -> Tokens:
+    t = Tokens(ids)
+    t.logprobs = logprobs
+    return t
+
+
 @dataclass(eq=False)  # identity: requests live in sets and are compared as objects
 class GenRequest:
     """One generation. `input_ids` (ov.Tensor [1, n]) for text, or `prompt` + `images` for a VLM."""
@@ -135,6 +147,7 @@ class GenRequest:
     generated: int = 0
     finish_reason_raw: Any = None  # the last GenerationFinishReason the CB pipeline reported
     preparing: int = 0  # requests the server was still parsing when it submitted this one (burst gathering)
+    logprobs: bool = False  # "tokens" events carry the sampled tokens' log-probabilities (Tokens; CB only)
     # On the event loop: takes a step's token ids instead of the events queue (no handler wake-up); returns
     # False when it cannot now (then the event is queued, and so is everything after it until the queue is empty)
     sink: Callable[[list[int]], bool] | None = None
@@ -438,9 +451,14 @@ class CBEngine(Engine):
             if h.can_read():
                 outs = h.read()
                 ids: list[int] = []
+                lps: list[float] | None = [] if req.logprobs else None
                 for out in outs.values():
                     ids.extend(out.generated_ids)
+                    if lps is not None:
+                        lps.extend(out.generated_log_probs)
                     req.finish_reason_raw = out.finish_reason
+                if lps is not None:
+                    ids = with_logprobs(ids, lps)
                 if ids:
                     req.generated += len(ids)
                     self._emit(req, "tokens", ids)

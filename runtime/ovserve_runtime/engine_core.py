@@ -61,6 +61,7 @@ CONFIG_FIELDS = (
     "top_k",
     "min_p",
     "min_new_tokens",
+    "logprobs",
     "rng_seed",
     "presence_penalty",
     "frequency_penalty",
@@ -203,6 +204,7 @@ def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str,
                     max_new_tokens=cfg["max_new_tokens"],
                     input_ids=ov.Tensor(np.asarray([ids], dtype=np.int64)) if tensor else ids,
                     id=rid,
+                    logprobs=cfg.get("logprobs", 0) > 0,
                 )
                 reqs[rid] = req
                 engine.submit(req)

@@ -191,6 +191,7 @@ class Capabilities(BaseModel):
 
     structuredOutput: bool = Field(False, description="response_format json_object and json_schema")
     images: bool = Field(False, description="image_url content parts (a VLM pipeline)")
+    logprobs: bool = Field(False, description="chat logprobs (the sampled tokens'; continuous batching)")
     toolParser: str | None = Field(None, description="the tool-call parser in use; null: tools are refused")
     reasoningParser: str | None = Field(None, description="the reasoning parser in use; null: none")
     maxContext: int | None = Field(None, description="the model's context (max position embeddings), tokens")

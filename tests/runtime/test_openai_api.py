@@ -170,6 +170,7 @@ def test_capabilities_are_reported(cb_server, legacy_server, vlm_server):
     cb, legacy, vlm = (s.status()["capabilities"] for s in (cb_server, legacy_server, vlm_server))
     assert cb["structuredOutput"] and legacy["structuredOutput"] and not vlm["structuredOutput"]
     assert vlm["images"] and not cb["images"]
+    assert cb["logprobs"] and not legacy["logprobs"]
     assert cb["maxPromptTokens"] == 256 and cb["maxContext"] >= 256
     assert cb["toolParser"] is None  # tools are refused until a parser is integrated
 
@@ -258,3 +259,39 @@ def test_liveness_watchdog_finds_a_hung_engine(tiny_models, server_factory):
     t.join(30)
     assert answers and answers[0][0] == 200, answers
     assert http_get(srv.url + "/v2/health/live")[0] == 200  # nothing in flight: live again
+
+
+def test_logprobs_on_continuous_batching(cb_server):
+    c = client(cb_server)
+    r = c.chat.completions.create(
+        model="tiny-llm",
+        messages=[{"role": "user", "content": "x"}],
+        max_tokens=6,
+        logprobs=True,
+        extra_body={"ignore_eos": True},
+    )
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens == 6
+    assert "".join(t.token for t in content) == r.choices[0].message.content
+    assert all(t.logprob <= 0 and t.top_logprobs == [] and bytes(t.bytes) == t.token.encode() for t in content)
+    stream = c.chat.completions.create(
+        model="tiny-llm",
+        messages=[{"role": "user", "content": "x"}],
+        max_tokens=6,
+        logprobs=True,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    streamed = [t for ch in stream for choice in ch.choices if choice.logprobs for t in choice.logprobs.content]
+    assert [(t.token, round(t.logprob, 4)) for t in streamed] == [(t.token, round(t.logprob, 4)) for t in content]
+
+
+def test_logprobs_refused_by_name_where_the_pipeline_has_none(legacy_server):
+    status, err = post(
+        legacy_server, "/v3/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True}
+    )
+    assert (status, err["error"]["param"]) == (400, "logprobs"), err
+    status, err = post(
+        legacy_server, "/v3/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}
+    )
+    assert (status, err["error"]["param"]) == (400, "top_logprobs"), err

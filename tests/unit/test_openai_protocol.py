@@ -57,7 +57,6 @@ REFUSED = [
     (True, chat(messages=[{"role": "user", "content": [{"type": "file", "file": {}}]}]), "messages[0].content[0].type"),
     (True, chat(logit_bias={"50256": -100}), "logit_bias"),
     (False, comp(logit_bias={"1": 5}), "logit_bias"),
-    (True, chat(logprobs=True), "logprobs"),
     (True, chat(top_logprobs=2), "top_logprobs"),
     (False, comp(logprobs=1), "logprobs"),
     (True, chat(modalities=["text", "audio"]), "modalities"),
@@ -133,6 +132,15 @@ def test_bad_response_formats_name_their_field(body, param):
     with pytest.raises(RequestError) as ei:
         parse(body, True)
     assert ei.value.param == param
+
+
+def test_a_pipeline_without_logprobs_refuses_them_by_name():
+    body = parse(chat(logprobs=True), True)
+    support.check(body, support.PipelineSupport(structured_output=True, images=False, logprobs=True))
+    with pytest.raises(ApiError) as ei:
+        support.check(body, support.PipelineSupport(structured_output=True, images=False, logprobs=False))
+    assert (ei.value.status, ei.value.param) == (400, "logprobs")
+    assert generation_fields(body, 3)["logprobs"] == 1
 
 
 def test_a_pipeline_without_structured_output_refuses_it_by_name():

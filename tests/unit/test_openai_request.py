@@ -95,7 +95,6 @@ def raw(body) -> bytes:
         # unsupported values are refused, not ignored
         (False, comp(n=3), "n", "invalid_value"),
         (True, chat(n=0), "n", "invalid_value"),
-        (True, chat(logprobs=True), "logprobs", "unsupported_value"),
         (True, chat(top_logprobs=3), "top_logprobs", "unsupported_value"),
         (False, comp(echo=True), "echo", "unsupported_value"),
         (False, comp(best_of=2), "best_of", "unsupported_value"),

@@ -116,6 +116,7 @@ def test_capabilities_of_the_pods_are_the_status():
     assert r.status["capabilities"] == {
         "structuredOutput": True,
         "images": False,
+        "logprobs": False,
         "toolParser": None,
         "reasoningParser": None,
         "maxContext": 512,

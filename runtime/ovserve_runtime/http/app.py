@@ -186,7 +186,11 @@ class App:
         from ..tasks.worker import TaskEngine
 
         generates = not isinstance(engine, TaskEngine)  # embeddings and rerank servings generate no text
-        self.support = PipelineSupport(structured_output=generates and not engine.is_vlm, images=engine.is_vlm)
+        self.support = PipelineSupport(
+            structured_output=generates and not engine.is_vlm,
+            images=engine.is_vlm,
+            logprobs=generates and engine.continuous_batching,
+        )
         template = None
         if generates:
             try:
@@ -211,6 +215,7 @@ class App:
             images=self.support.images,
             toolParser=self.parsers.tool if self.parsers.renders_tools else None,
             reasoningParser=self.parsers.reasoning,
+            logprobs=self.support.logprobs,
             maxContext=self.max_position,
             maxPromptTokens=self.prompt_limit,
         )
@@ -352,17 +357,16 @@ class App:
                 if gone:
                     status = "499"
                 return resp
-            text, finish = await collect(greq, self.engine.tokenizer)
+            text, finish, logprobs = await collect(greq, self.engine.tokenizer)
             usage = responses.usage(prompt_tokens, greq.generated)
             message = None
             if not plan.passthrough:  # tool calls and reasoning split off the text
                 message = assistant.message(plan, text)
                 finish = assistant.finish_reason(plan, finish, len(message.get("tool_calls", ())))
-            return web.json_response(
-                responses.completion(
-                    rid, chat, self.cfg.served_name, int(time.time()), text, finish, usage, message=message
-                )
+            body_ = responses.completion(
+                rid, chat, self.cfg.served_name, int(time.time()), text, finish, usage, message, logprobs
             )
+            return web.json_response(body_)
         except ApiError as err:
             status = str(err.status)
             return error_response(err)

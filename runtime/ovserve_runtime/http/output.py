@@ -18,8 +18,14 @@ import asyncio
 from ..detok import Detokenizer
 from ..openai import assistant
 from ..openai.errors import event_error
-from ..openai.responses import DONE, Chunks, usage
+from ..openai.responses import DONE, Chunks, logprobs_content, usage
 from .sse import SSEWriter
+
+
+def token_logprobs(tokenizer, ids: list[int], logprobs: list[float]) -> list[dict]:
+    """Chat `logprobs.content` entries of these tokens (each token's own text: one batched decode)."""
+    texts = tokenizer.decode([[i] for i in ids]) if ids else []
+    return logprobs_content(list(texts), logprobs)
 
 
 async def events(greq):
@@ -31,19 +37,29 @@ async def events(greq):
             return
 
 
-async def collect(greq, tokenizer) -> tuple[str, str]:
-    """(text, finish_reason) of a non-streaming request; raises the ApiError of an error event."""
+async def collect(greq, tokenizer) -> tuple[str, str, list[dict] | None]:
+    """(text, finish_reason, logprobs content or None) of a non-streaming request; raises the ApiError of an
+    error event."""
     detok = Detokenizer(tokenizer)  # one decode at the end: no table needed
-    greq.sink = lambda ids: detok.ids.extend(ids) or True  # tokens gather without waking the handler
+    ids, lps = detok.ids, [] if greq.logprobs else None
+
+    def take(value) -> bool:
+        ids.extend(value)
+        if lps is not None:
+            lps.extend(getattr(value, "logprobs", ()))
+        return True
+
+    greq.sink = take  # tokens gather without waking the handler
     finish = "stop"
     async for kind, value in events(greq):
         if kind == "tokens":
-            detok.ids.extend(value)
+            take(value)
         elif kind == "error":
             raise event_error(value)
         else:
             finish = value
-    return detok.flush(), finish
+    content = token_logprobs(tokenizer, list(ids), lps) if lps is not None else None
+    return detok.flush(), finish, content
 
 
 class StreamOutput:
@@ -65,6 +81,8 @@ class StreamOutput:
         self.held: list[str] = []  # text waiting for this stream's next write
         self.timer: asyncio.TimerHandle | None = None  # the write of the held text
         self.due = 0.0  # loop time of this stream's next write: text before it is held
+        # logprobs: the tokens (and their log-probabilities) not yet in a chunk; such a stream has no sink
+        self.lp: tuple[list[int], list[float]] | None = ([], []) if greq.logprobs else None
 
     # --- the sink: called by the engine's delivery on the event loop -------------------------------
     def sink(self, ids: list[int]) -> bool:
@@ -107,8 +125,26 @@ class StreamOutput:
 
     def _text_chunk(self, text: str) -> bytes:
         if self.parse is None:
-            return self.chunks.text(text)
-        return b"".join(self.chunks.fields(d) for d in self.parse.feed(text))
+            if self.lp is None:
+                return self.chunks.text(text)
+            return self.chunks.delta(text, logprobs=self._take_logprobs())
+        deltas = list(self.parse.feed(text))
+        if not deltas:
+            return b""  # the parser holds it; logprobs wait for the chunk that carries it
+        lp = self._take_logprobs() if self.lp is not None else None
+        return b"".join(self.chunks.fields(d, logprobs=lp if i == 0 else None) for i, d in enumerate(deltas))
+
+    def _absorb(self, value) -> None:
+        if self.lp is not None and value:
+            self.lp[0].extend(value)
+            self.lp[1].extend(getattr(value, "logprobs", ()))
+
+    def _take_logprobs(self) -> list[dict]:
+        ids, lps = self.lp
+        content = token_logprobs(self.detok.tok, list(ids), list(lps))
+        ids.clear()
+        lps.clear()
+        return content
 
     # --- the handler's side ----------------------------------------------------------------------
     async def run(self, first_event: tuple, prompt_tokens: int) -> None:
@@ -121,12 +157,14 @@ class StreamOutput:
             while True:
                 kind, value = pending.pop() if pending else await greq.events.get()
                 if kind == "tokens":
+                    self._absorb(value)
                     # tokens that queued up while the handler waited go out in one chunk
                     while not greq.events.empty():
                         nxt = greq.events.get_nowait()
                         if nxt[0] != "tokens":
                             pending.append(nxt)
                             break
+                        self._absorb(nxt[1])
                         value = value + nxt[1]
                     delta = self.take_held() + (self.detok.add(value) if value else "")
                     data = self._text_chunk(delta) if delta else b""
@@ -136,7 +174,8 @@ class StreamOutput:
                         await self.writer.write(b"".join(out))
                         out = []
                         self.due = self.loop.time() + self.interval
-                        greq.sink = self.sink
+                        if self.lp is None:
+                            greq.sink = self.sink
                     continue
                 if kind == "error":
                     out.append(chunks.error(event_error(value)))
@@ -145,11 +184,13 @@ class StreamOutput:
                     finish = value
                 break
             tail = self.take_held() + (self.detok.flush() if finish is not None else "")  # none after an error
-            if tail and (data := self._text_chunk(tail)):
+            if (tail or (self.lp is not None and self.lp[0])) and (data := self._text_chunk(tail)):
                 out.append(data)
             if finish is not None and self.parse is not None:
                 out += [chunks.fields(d) for d in self.parse.finish()]
                 finish = assistant.finish_reason(self.parse.plan, finish, self.parse.calls)
+            if self.lp is not None and self.lp[0]:  # tokens whose text the parser held to the end
+                out.append(chunks.fields({}, logprobs=self._take_logprobs()))
             if finish is not None:
                 out.append(chunks.finish(finish))
             if chunks.include_usage:

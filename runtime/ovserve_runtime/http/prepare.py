@@ -169,4 +169,5 @@ def build(app, engine, staged: Staged, ids) -> tuple[Any, int]:
         greq = GenRequest(config=cfg, max_new_tokens=max_tokens, prompt=staged.prompt, images=staged.images)
     else:
         greq = GenRequest(config=cfg, max_new_tokens=max_tokens, input_ids=ov.Tensor(ids.reshape(1, -1)))
+    greq.logprobs = getattr(body, "logprobs", None) is True
     return greq, prompt_tokens

@@ -270,8 +270,10 @@ class _Common(_Strict):
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    logprobs: Annotated[bool | None, refuse_unless("logprobs are not supported by this server", False)] = None
-    top_logprobs: Annotated[int | None, refuse_unless("top_logprobs are not supported by this server", 0)] = None
+    logprobs: bool | None = None  # the sampled tokens' log-probabilities (continuous batching pipelines)
+    top_logprobs: Annotated[
+        int | None, refuse_unless("openvino-genai returns the sampled token's log-probability only", 0)
+    ] = None
     response_format: ResponseFormat | None = None
     # accepted: no effect on the answer
     metadata: dict[str, Any] | None = None
@@ -324,7 +326,9 @@ class CompletionRequest(_Common):
     prompt: list[str] = Field(min_length=1, max_length=1)  # a string, or a list of one string
     echo: Annotated[bool | None, refuse_unless("echo is not supported by this server", False)] = None
     best_of: Annotated[int | None, refuse_unless("best_of is not supported by this server", 1)] = None
-    logprobs: Annotated[int | None, refuse_unless("logprobs are not supported by this server", 0)] = None
+    logprobs: Annotated[
+        int | None, refuse_unless("completions logprobs are not supported by this server (chat logprobs are)", 0)
+    ] = None
     suffix: Annotated[str | None, refuse_unless("suffix is not supported by this server", "")] = None
 
     @field_validator("prompt", mode="before")

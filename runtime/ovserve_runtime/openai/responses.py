@@ -30,6 +30,14 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+def logprobs_content(tokens: list[str], logprobs: list[float]) -> list[dict[str, Any]]:
+    """Chat `logprobs.content`: one entry per generated token (no alternatives: `top_logprobs` is [])."""
+    return [
+        {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+        for t, lp in zip(tokens, logprobs, strict=True)
+    ]
+
+
 def message(text: str) -> dict[str, Any]:
     """The assistant message of a chat completion."""
     return {"role": "assistant", "content": text}
@@ -44,11 +52,14 @@ def completion(
     finish: str,
     usage_: dict[str, int],
     message: dict[str, Any] | None = None,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The body of a non-streaming response (`message`: the assistant message, when not just `text`)."""
+    """The body of a non-streaming response (`message`: the assistant message, when not just `text`;
+    `logprobs`: chat `logprobs.content` entries, when asked for)."""
     if chat:
         msg = message if message is not None else globals()["message"](text)
-        choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": finish}
+        lp = {"content": logprobs} if logprobs is not None else None
+        choice = {"index": 0, "message": msg, "logprobs": lp, "finish_reason": finish}
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
     return {
@@ -78,21 +89,29 @@ class Chunks:
             p["usage"] = None
         return p
 
-    def delta(self, text: str | None, finish: str | None = None, role: bool = False) -> bytes:
+    def delta(
+        self,
+        text: str | None,
+        finish: str | None = None,
+        role: bool = False,
+        logprobs: list[dict[str, Any]] | None = None,
+    ) -> bytes:
         if self.chat:
             d: dict[str, Any] = {}
             if role:
                 d["role"] = "assistant"
             if text is not None:
                 d["content"] = text
-            choice = {"index": 0, "delta": d, "logprobs": None, "finish_reason": finish}
+            lp = {"content": logprobs} if logprobs is not None else None
+            choice = {"index": 0, "delta": d, "logprobs": lp, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
         return sse(self._payload([choice]))
 
-    def fields(self, delta: dict[str, Any]) -> bytes:
+    def fields(self, delta: dict[str, Any], logprobs: list[dict[str, Any]] | None = None) -> bytes:
         """A chat chunk whose delta is `delta` (reasoning_content, content or tool_calls)."""
-        return sse(self._payload([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]))
+        lp = {"content": logprobs} if logprobs is not None else None
+        return sse(self._payload([{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": None}]))
 
     def first(self) -> bytes:
         """What a stream starts with: the chat role chunk; nothing for completions."""

@@ -35,6 +35,8 @@ def generation_fields(body: ChatRequest | CompletionRequest, max_tokens: int) ->
         f["stop_strings"] = set(body.stop)
     if body.ignore_eos:
         f["ignore_eos"] = True
+    if getattr(body, "logprobs", None) is True:
+        f["logprobs"] = 1  # the sampled token's log-probability (openvino-genai gives no alternatives)
     if body.min_tokens:
         f["min_new_tokens"] = min(body.min_tokens, max_tokens)
     return f

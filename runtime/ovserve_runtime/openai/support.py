@@ -59,7 +59,9 @@ FIELDS: tuple[Field, ...] = (
     _same("stop", "both", H, f"up to {16} strings"),
     _same("n", "both", R, "1 only"),
     _same("logit_bias", "both", R, "{} only"),
-    _same("logprobs, top_logprobs", "both", R, "false / 0 only"),
+    Field("logprobs", "chat", H, R, "VLM_CB only", "the sampled tokens' log-probabilities; bytes; top_logprobs []"),
+    _same("top_logprobs", "chat", R, "0 only: openvino-genai gives the sampled token's log-probability only"),
+    _same("logprobs (completions)", "completions", R, "0 only"),
     Field("response_format: json_object, json_schema", "chat", H, H, R, "constrained decoding (compact JSON)"),
     _same("response_format: text", "chat", H),
     _same(
@@ -94,7 +96,7 @@ FIELDS: tuple[Field, ...] = (
 
 def schema_fields(field: Field) -> set[str]:
     """The top-level request fields a row covers (nested rows cover their parent's)."""
-    head = field.name.split(":")[0].split(".")[0].split("[")[0]
+    head = field.name.split(" (")[0].split(":")[0].split(".")[0].split("[")[0]
     return {x.strip() for x in head.split(",")} if not field.name.startswith("any other") else set()
 
 
@@ -112,10 +114,18 @@ class PipelineSupport:
 
     structured_output: bool
     images: bool
+    logprobs: bool = False  # continuous batching: GenerationOutput.generated_log_probs
 
 
 def check(body: ChatRequest | CompletionRequest, support: PipelineSupport) -> None:
     """The refusals that depend on the pipeline (ApiError 400 naming the field)."""
+    if getattr(body, "logprobs", None) is True and not support.logprobs:
+        raise ApiError(
+            400,
+            "logprobs are not supported by this model's pipeline (continuous batching pipelines only)",
+            param="logprobs",
+            code="unsupported_value",
+        )
     fmt = getattr(body, "response_format", None)
     if fmt is not None and fmt.type != "text" and not support.structured_output:
         raise ApiError(
