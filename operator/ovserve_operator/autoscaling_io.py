@@ -2,8 +2,12 @@
 says, read KEDA's state back, and put it into a computed status. Decisions live in `autoscaling` (pure).
 
 - `sync`: apply the rendered ScaledObject, or delete ours when spec.autoscaling is gone. Nothing is
-  applied while KEDA's CRD is not served; status then says KEDANotInstalled.
-- `read_state`: re-applies a missing ScaledObject (KEDA installed later, or deleted by hand), then reads
+  applied while KEDA's CRD is not served; status then says KEDANotInstalled. A refusal (an operator not
+  granted ScaledObjects: chart `autoscaling.enabled=false`; a webhook) is kept for status
+  (ScaledObjectRefused) and retried every REFUSED_RETRY_S, never raised into a reconcile retry loop.
+- `read_state`: on every status pass (level-triggered; ScaledObjects are not watched, since KEDA may be
+  absent or not granted): re-applies a missing ScaledObject (KEDA installed later, or deleted by hand) or
+  one whose spec differs from the rendered one (edited by hand, at most every REAPPLY_AFTER_S), then reads
   it and its HPA into an `AutoscalingState`.
 - `apply_to_status`: sets status.autoscaling and the Autoscaling condition of a computed status.
 """
@@ -16,13 +20,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import autoscaling
+from . import autoscaling, drift
 from . import spec as api
-from .kube import Kube, error_text
+from .kube import Kube, error_text, is_refusal
 
 log = logging.getLogger(__name__)
 
 SERVED_TTL_S = 15.0
+REFUSED_RETRY_S = 60.0  # a refused ScaledObject is tried again this often (RBAC or a webhook may change)
+REAPPLY_AFTER_S = 30.0  # a ScaledObject edited by hand is reverted at most this often
 NOT_OURS = "NameConflict"
 
 
@@ -31,6 +37,8 @@ class _Cache:
         self.lock = threading.Lock()
         self.served: tuple[float, bool] | None = None
         self.apply_errors: dict[tuple[str, str], str] = {}
+        self.refused_at: dict[tuple[str, str], float] = {}  # monotonic: when the apiserver last refused
+        self.applied_at: dict[tuple[str, str], float] = {}  # monotonic: the last apply
 
 
 _CACHE = _Cache()
@@ -53,7 +61,8 @@ def _ours(obj: Mapping[str, Any], uid: str) -> bool:
 
 
 def sync(kube: Kube, name: str, namespace: str, uid: str, spec: api.LLMServingSpec, prometheus_url: str) -> None:
-    """Make the ScaledObject match spec.autoscaling; an apiserver refusal is kept for status."""
+    """Make the ScaledObject match spec.autoscaling. A refusal (4xx) is kept for status and not raised:
+    the Deployment and Service are applied and serve at spec.replicas meanwhile."""
     key = (namespace, name)
     if not keda_served(kube):
         return
@@ -80,13 +89,38 @@ def sync(kube: Kube, name: str, namespace: str, uid: str, spec: api.LLMServingSp
                     autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name, uid=existing["metadata"].get("uid")
                 )
         else:
-            kube.apply(desired)
+            with _CACHE.lock:
+                _CACHE.applied_at[key] = time.monotonic()
+            _, reverted = kube.apply_exact(desired)
+            if reverted:
+                log.info("%s/%s: ScaledObject: reverted what another field manager changed: %s", *key, reverted)
     except Exception as e:
         with _CACHE.lock:
-            _CACHE.apply_errors[key] = error_text(e)
+            _CACHE.apply_errors[key] = _refusal_text(e)
+            if is_refusal(e):
+                _CACHE.refused_at[key] = time.monotonic()
+        if is_refusal(e):
+            log.warning("%s/%s: the ScaledObject was refused: %s", namespace, name, error_text(e))
+            return
         raise
     with _CACHE.lock:
         _CACHE.apply_errors.pop(key, None)
+        _CACHE.refused_at.pop(key, None)
+
+
+def _refusal_text(e: BaseException) -> str:
+    if getattr(e, "status", None) == 403:
+        return (
+            f"the operator may not manage keda.sh ScaledObjects ({error_text(e)}): install the chart with "
+            "autoscaling.enabled=true (docs/autoscaling.md)"
+        )
+    return error_text(e)
+
+
+def _retry_due(key: tuple[str, str], now: float) -> bool:
+    with _CACHE.lock:
+        refused = _CACHE.refused_at.get(key)
+    return refused is None or now - refused >= REFUSED_RETRY_S
 
 
 def read_state(
@@ -95,22 +129,39 @@ def read_state(
     if spec.autoscaling is None:
         return autoscaling.AutoscalingState(None, None)
     installed = keda_served(kube)
+    key = (namespace, name)
     so = hpa = None
     if installed:
         so_name = autoscaling.scaled_object_name(name)
-        so = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
-        if so is None:
-            try:
-                sync(kube, name, namespace, uid, spec, prometheus_url)
-            except Exception as e:
-                log.warning("%s/%s: applying the ScaledObject failed: %s", namespace, name, error_text(e))
+        try:
+            so = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
+            readable = True
+        except kube.errors.ForbiddenError as e:
+            # not granted (chart autoscaling.enabled=false): status says so, nothing is retried here
+            with _CACHE.lock:
+                _CACHE.apply_errors[key] = _refusal_text(e)
+            readable = False
+        if not readable:
+            pass
+        elif so is None:
+            if _retry_due(key, time.monotonic()):
+                try:
+                    sync(kube, name, namespace, uid, spec, prometheus_url)
+                except Exception as e:
+                    log.warning("%s/%s: applying the ScaledObject failed: %s", namespace, name, error_text(e))
         elif not _ours(so, uid):
             with _CACHE.lock:
-                _CACHE.apply_errors[(namespace, name)] = (
-                    f"{NOT_OURS}: ScaledObject {so_name} is not owned by this LLMServing"
-                )
+                _CACHE.apply_errors[key] = f"{NOT_OURS}: ScaledObject {so_name} is not owned by this LLMServing"
             so = None
         else:
+            desired = autoscaling.render_scaled_object(name, namespace, uid, spec, prometheus_url)
+            with _CACHE.lock:
+                since = time.monotonic() - _CACHE.applied_at.get(key, -1e9)
+            if desired is not None and drift.differences(desired, so) and since >= REAPPLY_AFTER_S:
+                try:
+                    sync(kube, name, namespace, uid, spec, prometheus_url)
+                except Exception as e:
+                    log.warning("%s/%s: re-applying the ScaledObject failed: %s", namespace, name, error_text(e))
             hpa_name = ((so.get("status") or {}).get("hpaName")) or autoscaling.hpa_name(name)
             hpa = kube.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, hpa_name)
     with _CACHE.lock:
@@ -155,7 +206,8 @@ def apply_to_status(
 
 def forget(namespace: str, name: str) -> None:
     with _CACHE.lock:
-        _CACHE.apply_errors.pop((namespace, name), None)
+        for d in (_CACHE.apply_errors, _CACHE.refused_at, _CACHE.applied_at):
+            d.pop((namespace, name), None)
 
 
 __all__ = ["apply_to_status", "forget", "keda_served", "read_state", "sync"]

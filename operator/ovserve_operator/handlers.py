@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from . import (
     autoscaling_io,
+    drift,
     networkpolicy,
     ownership,
     podview,
@@ -54,7 +55,8 @@ RUNTIME_POD_LABELS = {
     render.LABEL_COMPONENT: "runtime",
     render.LABEL_OWNER: kopf.PRESENT,
 }
-REAPPLY_AFTER_S = 30.0
+REAPPLY_AFTER_S = 30.0  # a child edited by hand is reverted at most this often
+MISSING_REAPPLY_AFTER_S = 5.0  # a child deleted by hand is re-created at most this often
 REFUSED_RETRY_S = 60.0  # a refused apply is retried this often (a webhook or a quota may change)
 EVENTS_EVERY_S = 10.0  # a creating pod's Events are read at most this often
 CONCURRENCY = 16
@@ -107,8 +109,15 @@ def _pod_snapshot(body: kopf.Body) -> dict[str, Any]:
                 "annotations": dict(meta.get("annotations") or {}),
                 "deletionTimestamp": meta.get("deletionTimestamp"),
             },
-            # init container names: an init container without a status yet still counts
-            "spec": {"initContainers": [{"name": c.get("name")} for c in spec.get("initContainers") or []]},
+            # init container names: an init container without a status yet still counts; what the containers
+            # run: a pod of a hand-edited template is not of the current spec (status.is_current)
+            "spec": {
+                "initContainers": [{"name": c.get("name")} for c in spec.get("initContainers") or []],
+                "containers": [
+                    {k: c[k] for k in ("name", "image", "command", "args", "env") if k in c}
+                    for c in spec.get("containers") or []
+                ],
+            },
             "status": dict(body.get("status") or {}),
         }
     )
@@ -148,22 +157,48 @@ async def runtime_pods(body: kopf.Body, namespace: str, labels: kopf.Labels, **_
     return {(namespace, owner): _pod_snapshot(body)}
 
 
-@kopf.index(
-    "apps",
-    "v1",
-    "deployments",
-    labels={render.LABEL_MANAGED_BY: render.MANAGED_BY, render.LABEL_OWNER: kopf.PRESENT},
-)
-async def runtime_deployments(
-    namespace: str, name: str, annotations: kopf.Annotations, status: kopf.Status, **_: Any
-) -> dict:
-    _mark(namespace, name)  # e.g. ReplicaFailure (pods refused by admission) shows only here
-    return {
-        (namespace, name): {
-            "hash": annotations.get(render.ANNOTATION_TEMPLATE_HASH, ""),
-            "conditions": copy.deepcopy(list(status.get("conditions") or [])),
+CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY, render.LABEL_OWNER: kopf.PRESENT}
+
+
+def _child_snapshot(body: kopf.Body) -> dict[str, Any]:
+    """What drift is judged on: the live spec and labels (and the Deployment's conditions)."""
+    meta = body.get("metadata") or {}
+    return copy.deepcopy(
+        {
+            "apiVersion": body.get("apiVersion"),
+            "kind": body.get("kind"),
+            "metadata": {
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "labels": dict(meta.get("labels") or {}),
+                "annotations": dict(meta.get("annotations") or {}),
+                "ownerReferences": list(meta.get("ownerReferences") or []),
+            },
+            "spec": dict(body.get("spec") or {}),
+            "status": {"conditions": list((body.get("status") or {}).get("conditions") or [])},
         }
-    }
+    )
+
+
+@kopf.index("apps", "v1", "deployments", labels=CHILD_LABELS)
+async def runtime_deployments(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict:
+    _mark(namespace, name)  # e.g. ReplicaFailure (pods refused by admission) shows only here
+    return {(namespace, name): _child_snapshot(body)}
+
+
+@kopf.index("", "v1", "services", labels=CHILD_LABELS)
+async def runtime_services(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict:
+    _mark(namespace, name)
+    return {(namespace, name): _child_snapshot(body)}
+
+
+# An index drops a deleted object without calling its indexer: these mark the owner of a child deleted by
+# hand, so that it is re-applied at once (and the status says it is missing meanwhile).
+@kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
+@kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
+async def _child_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    _mark(namespace, labels[render.LABEL_OWNER])
 
 
 # ------------------------------------------------------------------------------------- lifecycle
@@ -171,13 +206,19 @@ async def runtime_deployments(
 
 @kopf.on.startup()
 async def _startup(
-    llmservings: kopf.Index, runtime_pods: kopf.Index, runtime_deployments: kopf.Index, **_: Any
+    llmservings: kopf.Index,
+    runtime_pods: kopf.Index,
+    runtime_deployments: kopf.Index,
+    runtime_services: kopf.Index,
+    **_: Any,
 ) -> None:
     CTX.queue.wake = asyncio.Event()  # of this loop
     CTX.queue.wake.set()
 
     async def refresh_one(key: statusqueue.Key, snapshot: dict[str, Any]) -> None:
-        await refresh(snapshot, pods_index=runtime_pods, deployments_index=runtime_deployments)
+        await refresh(
+            snapshot, pods_index=runtime_pods, deployments_index=runtime_deployments, services_index=runtime_services
+        )
 
     def on_cycle(count: int) -> None:
         CTX.health.beat()
@@ -251,11 +292,13 @@ def _apply_children(
     for obj in objs:
         target = f"{obj['kind']}/{obj['metadata']['name']}"
         try:
-            kube.apply(obj)
+            _, reverted = kube.apply_exact(obj)
         except Exception as e:
             if is_refusal(e):
                 raise ApplyRefused(target, error_status(e) or 0, error_text(e)) from e
             raise
+        if reverted:
+            log.info("%s/%s: %s: reverted what another field manager changed: %s", namespace, name, target, reverted)
         applied.append(target)
     if CTX.settings.network_policies and not networkpolicy.wanted(spec, CTX.settings):
         _remove_network_policy(kube, name, namespace, uid)
@@ -291,7 +334,7 @@ async def apply_children(
     name: str, namespace: str, uid: str, generation: int | None, spec: api.LLMServingSpec
 ) -> list[str]:
     """Apply in a thread; remember the outcome for the status (a refusal with its generation)."""
-    memory = CTX.memories[(namespace, name)]
+    memory = CTX.memories.of((namespace, name), uid)
     try:
         applied = await asyncio.to_thread(_apply_children, name, namespace, uid, spec, generation)
     except ApplyRefused as e:
@@ -332,6 +375,14 @@ async def reconcile(
 
 
 # ------------------------------------------------------------------------------------- status
+
+
+def _ours(index: Any, key: statusqueue.Key, uid: str) -> dict[str, Any] | None:
+    """The child of `key` in a children index, if it is controlled by the LLMServing of `uid`."""
+    for snap in list(index.get(key, [])) if index is not None else []:
+        if ownership.conflict(snap, uid) is None:
+            return snap
+    return None
 
 
 def _event_body(obj: dict[str, Any], ev: status.Event) -> dict[str, Any]:
@@ -394,13 +445,14 @@ async def refresh(
     *,
     pods_index: Any,
     deployments_index: Any,
+    services_index: Any = None,
     logger: logging.Logger | logging.LoggerAdapter = log,
 ) -> bool:
     """One status cycle for one LLMServing (an index snapshot). Returns True when status was patched."""
     meta = obj["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid") or ""
     key = (namespace, name)
-    memory = CTX.memories[key]
+    memory = CTX.memories.of(key, uid)
     generation = meta.get("generation")
     current = copy.deepcopy(obj.get("status") or {})
     previous = memory.last_status or current
@@ -417,13 +469,22 @@ async def refresh(
             now=now,
         )
     else:
-        rendered_hash = render.pod_template(name, typed, CTX.settings)["metadata"]["annotations"][
+        desired = {o["kind"]: o for o in render.render(name, namespace, uid, typed, CTX.settings)}
+        rendered_hash = desired["Deployment"]["spec"]["template"]["metadata"]["annotations"][
             render.ANNOTATION_TEMPLATE_HASH
         ]
-        # held back by the rollout budget: the live template is the current one
-        desired_hash = CTX.budget.held_hash(key, rendered_hash) or rendered_hash
+        # held back by the rollout budget: the live template is the current one (and not healed meanwhile)
+        held_hash = CTX.budget.held_hash(key, rendered_hash)
+        desired_hash = held_hash or rendered_hash
+        desired_template = None if held_hash else desired["Deployment"]["spec"]["template"]
         pods = list(pods_index.get(key, [])) if pods_index is not None else []
-        deployed = list(deployments_index.get(key, [])) if deployments_index is not None else []
+        live = {
+            "Deployment": _ours(deployments_index, key, uid),
+            "Service": _ours(services_index, key, uid),
+        }
+        drift_paths = {kind: drift.differences(desired[kind], live[kind]) for kind in live}
+        missing = statusqueue.missing_children(memory, [k for k, v in live.items() if v is None], time.monotonic())
+        deployed = live["Deployment"]
         readings = await readback.read_reports(pods, timeout=CTX.settings.status_http_timeout_s)
         readings = memory.readback.apply(pods, readings, now)
         memory.readback.forget_except({podview.uid(p) for p in pods})
@@ -438,9 +499,11 @@ async def refresh(
             previous=previous,
             desired_hash=desired_hash,
             now=now,
-            deployment=deployed[0] if deployed else None,
+            deployment={"conditions": deployed["status"]["conditions"]} if deployed else None,
             apply_error=memory.apply_error,
             mount_failures=mounts,
+            missing_children=missing,
+            desired_template=desired_template,
         )
         # autoscaling hook: status.autoscaling and the Autoscaling condition from KEDA's ScaledObject and HPA
         try:
@@ -455,26 +518,26 @@ async def refresh(
         )
         if (applied_defaults := resourcedefaults.defaults(typed, CTX.settings).status()) is not None:
             result.status["resourceDefaults"] = applied_defaults
+        live_hash = ((deployed or {}).get("metadata", {}).get("annotations") or {}).get(render.ANNOTATION_TEMPLATE_HASH)
         if (
             CTX.budget.granted(key)
-            and deployed
-            and deployed[0]["hash"] == rendered_hash
+            and live_hash == rendered_hash
             and rolloutbudget.rollout_done(result.status, typed.replicas)
         ):
             CTX.budget.finished(key)
         if (rollout := CTX.budget.status(key)) is not None:
             result.status["rollout"] = rollout
-        # Children drifted (deleted or edited by hand) or missing: re-apply, at most every 30 s.
-        drifted = not deployed or deployed[0]["hash"] != desired_hash
-        drifted = drifted or (desired_hash != rendered_hash and CTX.budget.free())  # held: a slot freed
-        if statusqueue.reapply_due(memory, drifted, time.monotonic(), REAPPLY_AFTER_S, generation):
-            logger.info(
-                "%s/%s: children missing or outdated (deployment hash %s, want %s): re-applying",
-                namespace,
-                name,
-                deployed[0]["hash"] if deployed else None,
-                desired_hash,
-            )
+        # Level-triggered: a child that is missing (at most every 5 s) or whose live object differs from what
+        # the spec renders (at most every 30 s: never a tight fight with another controller) is re-applied.
+        # A Deployment held by the rollout budget is left on its template until a slot frees.
+        drifted = {kind: paths for kind, paths in drift_paths.items() if paths}
+        if held_hash and live["Deployment"] is not None:
+            drifted.pop("Deployment", None)
+            if CTX.budget.free():
+                drifted["Deployment"] = ["held: a rollout slot freed"]
+        after = MISSING_REAPPLY_AFTER_S if any(live[k] is None for k in drifted) else REAPPLY_AFTER_S
+        if statusqueue.reapply_due(memory, bool(drifted), time.monotonic(), after, generation):
+            logger.info("%s/%s: children missing or drifted %s: re-applying", namespace, name, drifted)
             try:
                 await apply_children(name, namespace, uid, generation, typed)
             except Exception as e:

@@ -12,6 +12,7 @@ import os
 import threading
 from typing import Any
 
+from . import drift
 from . import spec as api
 from .settings import FIELD_MANAGER
 
@@ -69,6 +70,33 @@ class Kube:
             namespace=obj["metadata"].get("namespace"),
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
+            _request_timeout=_TIMEOUT,
+        )
+        return out.to_dict()
+
+    def apply_exact(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Server-side apply, then write the spec back where the live object still differs from `obj`
+        (what another field manager added). Returns the live object and the paths that were reverted."""
+        live = self.apply(obj)
+        if paths := [p for p in drift.differences(obj, live) if p.startswith("spec")]:
+            live = self.replace_spec(live, drift.healed(obj, live))
+        return live, paths
+
+    def replace_spec(self, live: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        """Write `spec` over a live child's spec (a JSON patch with our field manager), only if the object is
+        still the version read (resourceVersion tested): reverts what server-side apply cannot, e.g. a list
+        item another field manager added."""
+        meta = live["metadata"]
+        out = self.dyn.patch(
+            self.resource(live["apiVersion"], live["kind"]),
+            body=[
+                {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                {"op": "replace", "path": "/spec", "value": spec},
+            ],
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            content_type="application/json-patch+json",
+            field_manager=FIELD_MANAGER,
             _request_timeout=_TIMEOUT,
         )
         return out.to_dict()

@@ -69,6 +69,13 @@ NAME_CONFLICT = _r(
     FAILED,
     "an object of a child's name exists and is not controlled by this LLMServing: left alone, named",
 )
+CHILD_MISSING = _r(
+    "ChildMissing",
+    "Ready",
+    PENDING,
+    "the Service or Deployment of the LLMServing is gone (deleted by hand): named; the operator re-creates it "
+    "within seconds (status.endpoint is absent while the Service is)",
+)
 FAILED_CREATE = _r(
     "FailedCreate", "Ready", FAILED, "the Deployment cannot create pods (admission, quota): the Deployment's message"
 )

@@ -90,6 +90,7 @@ class Facts:
     pods: tuple[PodFacts, ...] = ()
     replica_failure: str | None = None  # the Deployment's ReplicaFailure message
     apply_error: ApplyError | None = None
+    missing_children: tuple[str, ...] = ()  # kinds of children deleted by hand, not re-created yet
 
     @property
     def current(self) -> list[PodFacts]:
@@ -183,6 +184,13 @@ def apply_refused(f: Facts) -> Finding | None:
     if e.reason != R.APPLY_FAILED:  # the operator's own refusal: its message names the cause
         return e.reason, e.message
     return R.APPLY_FAILED, f"the apiserver refused {e.target} (HTTP {e.code}): {e.message}"
+
+
+def child_missing(f: Facts) -> Finding | None:
+    if not f.missing_children:
+        return None
+    kinds = " and ".join(f"{k} {f.name}" for k in f.missing_children)
+    return R.CHILD_MISSING, f"{kinds} missing (deleted?): the operator re-creates it"
 
 
 def scaled_to_zero(f: Facts) -> Finding | None:
@@ -322,6 +330,7 @@ def loading(f: Facts) -> Finding | None:
 READY_CHAIN: Chain = (
     (FALSE, spec_invalid),
     (FALSE, apply_refused),
+    (FALSE, child_missing),
     (FALSE, scaled_to_zero),
     (FALSE, runtime_failed),
     (FALSE, model_missing),

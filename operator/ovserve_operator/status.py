@@ -17,7 +17,7 @@ from typing import Any
 from ovserve_runtime import decisions as runtime_decisions
 from ovserve_runtime.report import CB_PIPELINES, Decisions
 
-from . import podview, render
+from . import drift, podview, render
 from . import reasons as R
 from . import spec as api
 from .readback import Reading
@@ -43,13 +43,26 @@ def timestamp(now: dt.datetime) -> str:
     return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def is_current(pod: Mapping[str, Any], desired_hash: str | None, desired_template: Mapping[str, Any] | None) -> bool:
+    """Of the current spec: the template hash matches and, when the pod's containers are known, they run what
+    the desired template says (a pod made from a hand-edited Deployment carries the same hash annotation)."""
+    if desired_hash is not None and podview.template_hash(pod) != desired_hash:
+        return False
+    containers = (pod.get("spec") or {}).get("containers")
+    return desired_template is None or containers is None or drift.pod_matches(desired_template, containers)
+
+
 def pod_facts(
-    pod: Mapping[str, Any], reading: Reading | None, desired_hash: str | None, mount_failure: str | None = None
+    pod: Mapping[str, Any],
+    reading: Reading | None,
+    desired_hash: str | None,
+    mount_failure: str | None = None,
+    desired_template: Mapping[str, Any] | None = None,
 ) -> PodFacts:
     reading = reading or Reading(None, "none")
     return PodFacts(
         name=podview.name(pod),
-        current=desired_hash is None or podview.template_hash(pod) == desired_hash,
+        current=is_current(pod, desired_hash, desired_template),
         pod_ready=podview.pod_ready(pod),
         container_ready=podview.container_ready(pod),
         report=reading.report,
@@ -75,9 +88,11 @@ def facts(
     apply_error: ApplyError | None = None,
     mount_failures: Mapping[str, str] | None = None,
     spec_error: str = "",
+    missing_children: Sequence[str] = (),
+    desired_template: Mapping[str, Any] | None = None,
 ) -> Facts:
-    """`deployment`: {"hash", "conditions"} of the runtime Deployment; `mount_failures`: pod name ->
-    the kubelet's FailedMount Event message."""
+    """`deployment`: {"conditions"} of the runtime Deployment; `mount_failures`: pod name -> the kubelet's
+    FailedMount Event message; `missing_children`: kinds of children that are gone (deleted by hand)."""
     readings, mount_failures = readings or {}, mount_failures or {}
     live = [p for p in pods if podview.is_live(p)]
     replica_failure = next(
@@ -95,10 +110,14 @@ def facts(
         spec=spec,
         spec_error=spec_error,
         pods=tuple(
-            pod_facts(p, readings.get(podview.name(p)), desired_hash, mount_failures.get(podview.name(p))) for p in live
+            pod_facts(
+                p, readings.get(podview.name(p)), desired_hash, mount_failures.get(podview.name(p)), desired_template
+            )
+            for p in live
         ),
         replica_failure=replica_failure,
         apply_error=apply_error,
+        missing_children=tuple(missing_children),
     )
 
 
@@ -242,7 +261,8 @@ def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.dateti
         readyReplicas=f.ready_replicas,
         readyDisplay=f"{f.ready_replicas}/{f.desired}",
         selector=render.selector_string(f.name),
-        endpoint=render.endpoint(f.name, f.namespace),
+        # no Service, no endpoint: never a dead address
+        endpoint=None if "Service" in f.missing_children else render.endpoint(f.name, f.namespace),
         previous=prev_pods,
         computedAt=stamp,
         task=task,
@@ -273,6 +293,8 @@ def compute(
     apply_error: ApplyError | None = None,
     mount_failures: Mapping[str, str] | None = None,
     spec_error: str = "",
+    missing_children: Sequence[str] = (),
+    desired_template: Mapping[str, Any] | None = None,
 ) -> Result:
     f = facts(
         name=name,
@@ -286,6 +308,8 @@ def compute(
         apply_error=apply_error,
         mount_failures=mount_failures,
         spec_error=spec_error,
+        missing_children=missing_children,
+        desired_template=desired_template,
     )
     return compute_from(f, previous=previous, now=now)
 
@@ -312,7 +336,7 @@ def _changed(prev: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return (prev.get("status"), prev.get("reason")) != (new.get("status"), new.get("reason"))
 
 
-_WARN_READY = R.FAILED_REASONS | {R.UNSCHEDULABLE, R.PODS_DISAGREE, R.READBACK_FAILED}
+_WARN_READY = R.FAILED_REASONS | {R.CHILD_MISSING, R.UNSCHEDULABLE, R.PODS_DISAGREE, R.READBACK_FAILED}
 
 
 def events_for(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[Event]:

@@ -82,11 +82,13 @@ class Memory:
     """What the controller remembers about one LLMServing between cycles."""
 
     readback: ReadbackMemory
+    uid: str = ""  # of the object remembered: a namesake re-created meanwhile starts afresh
     last_status: dict[str, Any] | None = None
     applied_at: float | None = None  # monotonic
     apply_error: ApplyError | None = None
     mount_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> message
     events_read_at: dict[str, float] = dataclasses.field(default_factory=dict)  # pod uid -> monotonic
+    children_seen: set[str] = dataclasses.field(default_factory=set)  # kinds of children seen live
 
 
 class Memories:
@@ -100,6 +102,15 @@ class Memories:
         if key not in self._by_key:
             self._by_key[key] = Memory(readback=ReadbackMemory(self.grace))
         return self._by_key[key]
+
+    def of(self, key: Key, uid: str) -> Memory:
+        """The memory of the object `uid` at `key`: what was remembered of a deleted namesake is dropped
+        (its last status, refused apply and pods must never speak for the new object)."""
+        memory = self._by_key.get(key)
+        if memory is None or (memory.uid and uid and memory.uid != uid):
+            memory = self._by_key[key] = Memory(readback=ReadbackMemory(self.grace), uid=uid)
+        memory.uid = memory.uid or uid
+        return memory
 
     def get(self, key: Key) -> Memory | None:
         return self._by_key.get(key)
@@ -118,6 +129,21 @@ def reapply_due(memory: Memory, drifted: bool, now: float, after_s: float, gener
         return False
     refused = memory.apply_error
     return now - memory.applied_at > after_s or (refused is not None and refused.generation != generation)
+
+
+MISSING_AFTER_S = 10.0  # a child never seen counts as missing once its apply is this old
+
+
+def missing_children(
+    memory: Memory, absent: Collection[str], now: float, after_s: float = MISSING_AFTER_S
+) -> list[str]:
+    """The kinds of children to report missing: absent now, and either seen before (deleted) or still absent
+    `after_s` after the last apply (never a missing child in the moment between a first apply and its watch
+    event). Remembers which kinds were seen."""
+    all_kinds = {"Deployment", "Service"}
+    memory.children_seen |= all_kinds - set(absent)
+    applied_long_ago = memory.applied_at is not None and now - memory.applied_at > after_s
+    return sorted(k for k in absent if k in memory.children_seen or applied_long_ago)
 
 
 def _parse_ts(value: Any) -> dt.datetime | None:

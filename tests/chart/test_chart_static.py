@@ -33,7 +33,7 @@ EXPECTED_RBAC = {
     ("cluster", "ovserve.dev", "llmservings/status"): {"patch"},
     ("cluster", "ovserve.dev", "llmservings/finalizers"): {"update"},
     ("cluster", "apps", "deployments"): {"get", "list", "watch", "create", "patch"},
-    ("cluster", "core", "services"): {"get", "create", "patch"},
+    ("cluster", "core", "services"): {"get", "list", "watch", "create", "patch"},
     ("cluster", "core", "pods"): {"get", "list", "watch"},
     ("cluster", "core", "events"): {"create", "list"},
     ("release-namespace", "coordination.k8s.io", "leases/ovserve-operator"): {"get", "update"},

@@ -182,6 +182,8 @@ def test_watches_send_label_selectors_to_the_apiserver():
     managed = "app.kubernetes.io/managed-by=ovserve-operator,ovserve.dev/llmserving"
     assert list(selectors.collect(pods)) == [f"{managed},app.kubernetes.io/component=runtime"]
     assert list(selectors.collect(deployments)) == [managed]
+    services = Resource("", "v1", "services", kind="Service", namespaced=True)
+    assert list(selectors.collect(services)) == [managed]
     assert list(selectors.collect(llms)) == []
 
 
