@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
 from collections.abc import Mapping
@@ -50,6 +51,7 @@ def _env(default: Any, env: str | tuple[str, ...] | None, doc: str, *, shown: st
 
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 LIST_FIELDS = ("watch_namespaces", "allowed_images", "gpu_supplemental_groups")  # comma lists; empty = none
 # an empty variable sets these (to none), not unset
 EMPTY_MEANS_NONE = (
@@ -68,7 +70,10 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     watch_namespaces: tuple[str, ...] = _env(
-        (), "OVSERVE_WATCH_NAMESPACES", "comma list of namespaces (kopf globs allowed)", shown="empty = whole cluster"
+        (),
+        "OVSERVE_WATCH_NAMESPACES",
+        "comma list of namespace names (no globs: refused at start)",
+        shown="empty = whole cluster",
     )
     runtime_image: str = _env(
         "localhost/ovserve:dev",
@@ -243,6 +248,16 @@ class Settings(BaseModel):
     @classmethod
     def _comma_list(cls, v: Any) -> Any:
         return tuple(_list(v)) if isinstance(v, str) else v
+
+    @field_validator("watch_namespaces")
+    @classmethod
+    def _namespaces(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        # kopf matches globs (`team-*`, `!kube-system`) only by listing namespaces, i.e. with its cluster scanning,
+        # which is off (configure_kopf: least-privilege RBAC forbids listing namespaces): it would drop them
+        # silently and watch nothing there. Refused, naming each.
+        if bad := [n for n in v if not _NAMESPACE.fullmatch(n)]:
+            raise ValueError(f"not namespace names (globs are not supported; list each namespace): {', '.join(bad)}")
+        return v
 
     @field_validator("gpu_node_selector", "operator_pod_labels", mode="before")
     @classmethod

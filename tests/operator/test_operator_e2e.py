@@ -427,39 +427,27 @@ def test_lm_pinned_runs_legacy(cluster, operator, namespace, runtime):
 
 # --------------------------------------------------------------------------- RBAC (what the chart must grant)
 
-OPERATOR_RULES = [
-    {
-        "apiGroups": ["ovserve.dev"],
-        "resources": ["llmservings"],
-        "verbs": ["get", "list", "watch", "patch", "update"],
-    },
-    {"apiGroups": ["ovserve.dev"], "resources": ["llmservings/status"], "verbs": ["get", "patch", "update"]},
-    {"apiGroups": ["ovserve.dev"], "resources": ["llmservings/finalizers"], "verbs": ["update"]},
-    {
-        "apiGroups": ["apps"],
-        "resources": ["deployments"],
-        "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
-    },
-    {
-        "apiGroups": [""],
-        "resources": ["services"],
-        "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "list"]},
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
-    {
-        "apiGroups": ["apiextensions.k8s.io"],
-        "resources": ["customresourcedefinitions"],
-        "verbs": ["get", "list", "watch"],
-    },
-    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
-]
+CHART_LEASE = "ovserve-operator"  # the chart's default leaderElection.leaseName
 
 
-def test_operator_works_with_exactly_the_documented_rbac(cluster, crd, start_operator, namespace, tmp_path):
-    with service_account_kubeconfig(cluster, namespace, OPERATOR_RULES, tmp_path / "operator.kubeconfig") as path:
-        op = start_operator("op-rbac", KUBECONFIG=str(path))
+def chart_rbac(namespace: str, tmp_path: Path, values: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """(the rules the chart grants the operator, rendered by helm for a release in `namespace`: its ClusterRole
+    and its leader-election Role, the chart's own objects the operator relies on: the Lease)."""
+    from tests.chart.helpers import by_kind, one, render
+
+    docs = render(values or {}, tmp_path, namespace=namespace)
+    rules = [*one(docs, "ClusterRole")["rules"], *(r for role in by_kind(docs, "Role") for r in role["rules"])]
+    return rules, by_kind(docs, "Lease")
+
+
+def test_operator_works_with_exactly_the_charts_rbac(cluster, crd, start_operator, namespace, tmp_path):
+    """Exactly what the chart grants (rendered by helm, not a copy): no 403 through create, status, events,
+    scale, and healing a deleted Service and an edited Deployment."""
+    rules, chart_objects = chart_rbac(namespace, tmp_path)
+    assert not any("*" in r["verbs"] for r in rules)
+    cluster.apply(chart_objects, namespace)  # the Lease: the chart creates it, the operator may not
+    with service_account_kubeconfig(cluster, namespace, rules, tmp_path / "operator.kubeconfig") as path:
+        op = start_operator("op-rbac", KUBECONFIG=str(path), OVSERVE_LEASE_NAME=CHART_LEASE)
         cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader with the SA's rights")
         cluster.apply(llms("rbac", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
         cluster.wait_for(lambda: cluster.get("deployment", "rbac", namespace), 60, "Deployment created")
@@ -469,6 +457,17 @@ def test_operator_works_with_exactly_the_documented_rbac(cluster, crd, start_ope
             "status written",
         )
         cluster.wait_for(lambda: has_event(cluster, namespace, "rbac", "Warning", "Unschedulable"), 30, "event posted")
+        svc_uid = cluster.get("service", "rbac", namespace)["metadata"]["uid"]
+        cluster.kubectl("delete", "service", "rbac", "-n", namespace)
+        cluster.wait_for(
+            lambda: (s := cluster.get("service", "rbac", namespace)) and s["metadata"]["uid"] != svc_uid,
+            30,
+            "the Service re-created",
+        )
+        cluster.kubectl("set", "env", "deployment/rbac", "-n", namespace, "INJECTED=1")
+        cluster.wait_for(
+            lambda: "INJECTED" not in json.dumps(cluster.get("deployment", "rbac", namespace)), 60, "revert"
+        )
         cluster.kubectl("scale", "llmserving/rbac", "-n", namespace, "--replicas=0")
         cluster.wait_for(lambda: cluster.get("deployment", "rbac", namespace)["spec"]["replicas"] == 0, 60, "scaled")
         logs = op.logs()
@@ -506,13 +505,85 @@ def test_huggingface_source_downloads_with_the_token_secret(cluster, start_opera
     assert hf_hub["token"] not in cluster.logs(pod["metadata"]["name"], namespace, init["name"])
 
 
+def _env_names(dep: dict) -> list[str]:
+    return [e["name"] for e in dep["spec"]["template"]["spec"]["containers"][0].get("env", [])]
+
+
 def test_children_deleted_by_hand_come_back(cluster, operator, namespace):
+    """A deleted Service or Deployment is back within 30 s; meanwhile the status says which is missing."""
     cluster.apply(llms("drift", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
     uid = cluster.wait_for(lambda: cluster.get("deployment", "drift", namespace), 60, "Deployment")["metadata"]["uid"]
+    svc_uid = cluster.wait_for(lambda: cluster.get("service", "drift", namespace), 60, "Service")["metadata"]["uid"]
+    cluster.wait_for(
+        lambda: condition(status(cluster, namespace, "drift"), "Ready").get("reason") == "Unschedulable", 60, "status"
+    )
+
+    t0 = time.monotonic()
+    cluster.kubectl("delete", "service", "drift", "-n", namespace)
+    back = cluster.wait_for(
+        lambda: (s := cluster.get("service", "drift", namespace)) and s["metadata"]["uid"] != svc_uid and s,
+        30,
+        "the Service re-applied",
+    )
+    print(f"Service back after {time.monotonic() - t0:.1f} s")
+    assert back["metadata"]["ownerReferences"][0]["name"] == "drift"
+    assert back["spec"]["selector"] == {"ovserve.dev/llmserving": "drift", "app.kubernetes.io/component": "runtime"}
+    # while it was gone the status said so (Ready=False ChildMissing: a Warning Event marks the transition)
+    cluster.wait_for(lambda: has_event(cluster, namespace, "drift", "Warning", "ChildMissing"), 30, "ChildMissing")
+    missing = next(e for e in events(cluster, namespace, "drift") if e["reason"] == "ChildMissing")
+    assert "Service drift" in missing["message"]
+    st = cluster.wait_for(
+        lambda: (
+            (s := status(cluster, namespace, "drift")) and condition(s, "Ready").get("reason") == "Unschedulable" and s
+        ),
+        30,
+        "status back to the pods' truth",
+    )
+    assert st["endpoint"] == f"http://drift.{namespace}.svc:8000/v3"
+
+    t0 = time.monotonic()
     cluster.kubectl("delete", "deployment", "drift", "-n", namespace)
     back = cluster.wait_for(
         lambda: (d := cluster.get("deployment", "drift", namespace)) and d["metadata"]["uid"] != uid and d,
-        90,
+        30,
         "the Deployment re-applied",
     )
+    print(f"Deployment back after {time.monotonic() - t0:.1f} s")
     assert back["metadata"]["ownerReferences"][0]["name"] == "drift"
+    cluster.wait_for(lambda: row(cluster, namespace, "drift").get("PHASE") == "Pending", 60, "Pending again")
+
+
+def test_hand_edits_of_children_are_reverted(cluster, operator, namespace):
+    """kubectl set env / set image on the Deployment and a Service selector edit are undone within 60 s; a
+    label and an annotation added by hand (maps: not rendered keys) stay."""
+    cluster.apply(llms("edit", {"model": UNSTARTED, "nodeSelector": NOWHERE}), namespace)
+    dep = cluster.wait_for(lambda: cluster.get("deployment", "edit", namespace), 60, "Deployment")
+    cluster.wait_for(lambda: cluster.get("service", "edit", namespace), 60, "Service")
+    want_env = _env_names(dep)
+    image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
+
+    t0 = time.monotonic()
+    cluster.kubectl("set", "env", "deployment/edit", "-n", namespace, "INJECTED=1")
+    assert "INJECTED" in _env_names(cluster.get("deployment", "edit", namespace))
+    cluster.wait_for(
+        lambda: _env_names(cluster.get("deployment", "edit", namespace)) == want_env, 60, "INJECTED removed"
+    )
+    print(f"env edit reverted after {time.monotonic() - t0:.1f} s")
+
+    cluster.kubectl("set", "image", "deployment/edit", "-n", namespace, "runtime=example.invalid/other:1")
+    cluster.kubectl("annotate", "deployment/edit", "-n", namespace, "team.example/owner=me")
+    cluster.wait_for(
+        lambda: (
+            cluster.get("deployment", "edit", namespace)["spec"]["template"]["spec"]["containers"][0]["image"] == image
+        ),
+        60,
+        "image edit reverted",
+    )
+    assert cluster.get("deployment", "edit", namespace)["metadata"]["annotations"]["team.example/owner"] == "me"
+
+    cluster.kubectl(
+        "patch", "service", "edit", "-n", namespace, "--type=merge", "-p", '{"spec": {"selector": {"extra": "x"}}}'
+    )
+    cluster.wait_for(
+        lambda: "extra" not in cluster.get("service", "edit", namespace)["spec"]["selector"], 60, "selector reverted"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -157,17 +158,32 @@ def test_parse_selector():
 
 
 def test_configure_kopf():
+    """What the settings do, not what they are: kopf's progress and diff-base go to ovserve.dev/ annotations
+    (never status.kopf), no peering objects, no cluster scanning (least-privilege RBAC)."""
     ks = kopf.OperatorSettings()
     configure_kopf(ks, Settings(identity="op-1", watch_namespaces=("a",)))
-    assert isinstance(ks.persistence.progress_storage, kopf.AnnotationsProgressStorage)
-    assert isinstance(ks.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
-    assert ks.persistence.progress_storage.prefix == "ovserve.dev"
-    assert ks.persistence.diffbase_storage.prefix == "ovserve.dev"
+    body = kopf.Body({"metadata": {"name": "x", "namespace": "a"}})
+    progress, diffbase = kopf.Patch(), kopf.Patch()
+    record = {"started": "2026-01-01T00:00:00", "retries": 1, "success": False, "failure": False}
+    ks.persistence.progress_storage.store(body=body, patch=progress, key=kopf.HandlerId("reconcile"), record=record)
+    ks.persistence.diffbase_storage.store(body=body, patch=diffbase, essence={"spec": {"replicas": 1}})
+    for patch in (progress, diffbase):
+        assert set(patch) == {"metadata"}, patch  # nothing in status
+        assert all(k.startswith("ovserve.dev/") for k in patch["metadata"]["annotations"])
+    assert json.loads(progress["metadata"]["annotations"]["ovserve.dev/reconcile"])["retries"] == 1
+    assert "ovserve.dev/last-handled-configuration" in diffbase["metadata"]["annotations"]
     assert ks.persistence.finalizer.startswith("ovserve.dev/")
-    assert ks.peering.standalone is True
+    assert ks.peering.standalone is True and ks.peering.clusterwide is False and ks.scanning.disabled is True
     assert ks.posting.enabled and ks.posting.level == logging.INFO and ks.posting.loggers is False
-    assert ks.posting.reporting_component == "ovserve-operator"
-    assert ks.posting.reporting_instance == "op-1"
+    assert (ks.posting.reporting_component, ks.posting.reporting_instance) == ("ovserve-operator", "op-1")
+
+
+@pytest.mark.parametrize("value", ["team-*", "!kube-system", "Team-A", "a,b*"])
+def test_namespace_globs_are_refused_not_dropped(value):
+    """With scanning off kopf would drop a glob silently (and watch nothing there): refused at start, named."""
+    with pytest.raises(ValueError, match="globs are not supported"):
+        Settings.from_env({"OVSERVE_WATCH_NAMESPACES": value})
+    assert Settings.from_env({"OVSERVE_WATCH_NAMESPACES": "team-a,team-b"}).watch_namespaces == ("team-a", "team-b")
 
 
 def test_watches_send_label_selectors_to_the_apiserver():

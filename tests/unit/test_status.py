@@ -513,9 +513,94 @@ def test_ready_is_recomputed_not_latched():
 
 
 def test_stale_generation_conditions_follow_generation():
-    s = compute([pod("a")], {"a": CB_READY}, generation=7).status
-    assert s["observedGeneration"] == 7
-    assert {c["observedGeneration"] for c in s["conditions"]} == {7}
+    """A status of generation 6 (refused apply) recomputed for generation 7: every condition names 7, the
+    refusal of 6 no longer decides Ready, and a condition whose status did not change keeps its time."""
+    from ovserve_operator.rules import ApplyError
+
+    refused = ApplyError(6, 422, "Deployment/llm", "spec.template: invalid", "ApplyFailed")
+    pods = [pod("a", ready=False, unschedulable="0/1 nodes are available")]
+    old = st.compute(
+        name="llm",
+        namespace="ns",
+        generation=6,
+        spec=spec(),
+        pods=pods,
+        readings={},
+        previous=None,
+        desired_hash="h1",
+        now=NOW,
+        apply_error=refused,
+    ).status
+    assert (old["observedGeneration"], cond(old, "Ready")["reason"]) == (6, "ApplyFailed")
+    new = st.compute(
+        name="llm",
+        namespace="ns",
+        generation=7,
+        spec=spec(),
+        pods=pods,
+        readings={},
+        previous=old,
+        desired_hash="h1",
+        now=LATER,
+        apply_error=refused,
+    ).status
+    assert new["observedGeneration"] == 7
+    assert [c["observedGeneration"] for c in new["conditions"]] == [7, 7, 7]
+    assert cond(new, "Ready")["reason"] == "Unschedulable" and new["phase"] == "Pending"
+    # Ready stayed False: its transition time is the old one; PipelineResolved stayed Unknown alike
+    assert cond(new, "Ready")["lastTransitionTime"] == cond(old, "Ready")["lastTransitionTime"] == st.timestamp(NOW)
+    assert cond(new, "PipelineResolved")["lastTransitionTime"] == st.timestamp(NOW)
+    assert new["computedAt"] == st.timestamp(LATER)
+
+
+def test_a_missing_child_is_not_ready_and_named():
+    ready = compute([pod("a")], {"a": CB_READY}).status
+    assert cond(ready, "Ready")["status"] == "True" and ready["endpoint"]
+    gone = st.compute(
+        name="llm",
+        namespace="ns",
+        generation=3,
+        spec=spec(),
+        pods=[pod("a")],
+        readings={"a": Reading(CB_READY, "http")},
+        previous=ready,
+        desired_hash="h1",
+        now=LATER,
+        missing_children=["Service"],
+    )
+    ready_cond = cond(gone.status, "Ready")
+    assert (ready_cond["status"], ready_cond["reason"]) == ("False", "ChildMissing")
+    assert "Service llm" in ready_cond["message"]
+    assert gone.status["phase"] == "Pending" and gone.status.get("endpoint") is None
+    assert ("Warning", "ChildMissing") in [(e.type, e.reason) for e in gone.events]
+
+
+def test_pods_of_a_hand_edited_template_are_not_current():
+    from ovserve_operator import render
+    from ovserve_operator.settings import Settings
+
+    template = render.pod_template("llm", spec(), Settings())
+    edited = pod("a")
+    edited["spec"]["containers"] = [dict(template["spec"]["containers"][0])]
+    edited["spec"]["containers"][0]["env"] = [
+        *edited["spec"]["containers"][0]["env"],
+        {"name": "INJECTED", "value": "1"},
+    ]
+    plain = pod("b")
+    plain["spec"]["containers"] = template["spec"]["containers"]
+    result = st.compute(
+        name="llm",
+        namespace="ns",
+        generation=3,
+        spec=spec(),
+        pods=[edited, plain],
+        readings={"a": Reading(CB_READY, "http"), "b": Reading(CB_READY, "http")},
+        previous=None,
+        desired_hash="h1",
+        now=NOW,
+        desired_template=template,
+    ).status
+    assert result["readyReplicas"] == 1 and result["previous"]["replicas"] == 1
 
 
 def test_no_events_when_nothing_changes():

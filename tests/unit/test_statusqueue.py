@@ -105,6 +105,28 @@ def test_memories_created_and_forgotten():
     assert ms.get(A) is None and ms[A].last_status is None
 
 
+def test_memory_is_per_uid_a_namesake_starts_afresh():
+    ms = sq.Memories(30.0)
+    old = ms.of(A, "uid-1")
+    old.last_status = {"phase": "Failed"}
+    old.apply_error = ApplyError(1, 422, "Deployment/a", "bad")
+    assert ms.of(A, "uid-1") is old
+    new = ms.of(A, "uid-2")  # deleted and re-created under the same name
+    assert new is not old and new.last_status is None and new.apply_error is None and new.uid == "uid-2"
+
+
+def test_missing_children_only_once_seen_or_applied_long_ago():
+    m = sq.Memories(30.0).of(A, "u")
+    m.applied_at = 100.0
+    # right after the first apply, before the watch shows them: not missing yet
+    assert sq.missing_children(m, ["Deployment", "Service"], now=101.0) == []
+    assert sq.missing_children(m, ["Deployment", "Service"], now=111.0) == ["Deployment", "Service"]
+    m2 = sq.Memories(30.0).of(A, "u")
+    m2.applied_at = 100.0
+    assert sq.missing_children(m2, [], now=101.0) == []  # both seen
+    assert sq.missing_children(m2, ["Service"], now=102.0) == ["Service"]  # deleted: at once
+
+
 def test_controller_cycle_refreshes_due_and_survives_errors():
     async def scenario():
         clock = FakeClock()
