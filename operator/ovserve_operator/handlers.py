@@ -55,8 +55,8 @@ RUNTIME_POD_LABELS = {
     render.LABEL_COMPONENT: "runtime",
     render.LABEL_OWNER: kopf.PRESENT,
 }
-REAPPLY_AFTER_S = 30.0  # a child edited by hand is reverted at most this often
-MISSING_REAPPLY_AFTER_S = 5.0  # a child deleted by hand is re-created at most this often
+REAPPLY_AFTER_S = 30.0  # a child edited by hand is reverted at once, then at most this often
+MISSING_REAPPLY_AFTER_S = 5.0  # children missing or drifted are re-applied at most this often after an apply
 REFUSED_RETRY_S = 60.0  # a refused apply is retried this often (a webhook or a quota may change)
 EVENTS_EVERY_S = 10.0  # a creating pod's Events are read at most this often
 CONCURRENCY = 16
@@ -527,16 +527,24 @@ async def refresh(
             CTX.budget.finished(key)
         if (rollout := CTX.budget.status(key)) is not None:
             result.status["rollout"] = rollout
-        # Level-triggered: a child that is missing (at most every 5 s) or whose live object differs from what
-        # the spec renders (at most every 30 s: never a tight fight with another controller) is re-applied.
+        # Level-triggered: a child that is missing or whose live object differs from what the spec renders is
+        # re-applied: at most every 5 s after the last apply, and a hand edit at once, then at most every 30 s
+        # (never a tight fight with another controller that keeps writing the same fields).
         # A Deployment held by the rollout budget is left on its template until a slot frees.
         drifted = {kind: paths for kind, paths in drift_paths.items() if paths}
         if held_hash and live["Deployment"] is not None:
             drifted.pop("Deployment", None)
-            if CTX.budget.free():
+        tick = time.monotonic()
+        missing_now = any(live[k] is None for k in drifted)
+        edited = any(live[k] is not None for k in drifted)
+        slot_freed = bool(held_hash) and CTX.budget.free()
+        if (
+            (missing_now and statusqueue.reapply_due(memory, True, tick, MISSING_REAPPLY_AFTER_S, generation))
+            or (edited and statusqueue.revert_due(memory, tick, REAPPLY_AFTER_S))
+            or (slot_freed and statusqueue.reapply_due(memory, True, tick, REAPPLY_AFTER_S, generation))
+        ):
+            if slot_freed:
                 drifted["Deployment"] = ["held: a rollout slot freed"]
-        after = MISSING_REAPPLY_AFTER_S if any(live[k] is None for k in drifted) else REAPPLY_AFTER_S
-        if statusqueue.reapply_due(memory, bool(drifted), time.monotonic(), after, generation):
             logger.info("%s/%s: children missing or drifted %s: re-applying", namespace, name, drifted)
             try:
                 await apply_children(name, namespace, uid, generation, typed)

@@ -78,9 +78,21 @@ class Kube:
         """Server-side apply, then write the spec back where the live object still differs from `obj`
         (what another field manager added). Returns the live object and the paths that were reverted."""
         live = self.apply(obj)
-        if paths := [p for p in drift.differences(obj, live) if p.startswith("spec")]:
-            live = self.replace_spec(live, drift.healed(obj, live))
-        return live, paths
+        reverted: list[str] = []
+        for _ in range(3):  # the write is guarded by the resourceVersion read: a controller may write meanwhile
+            paths = [p for p in drift.differences(obj, live) if p.startswith("spec")]
+            if not paths:
+                break
+            reverted = paths
+            try:
+                live = self.replace_spec(live, drift.healed(obj, live))
+            except (self.errors.UnprocessibleEntityError, self.errors.ConflictError):  # the version test failed
+                meta = obj["metadata"]
+                found = self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+                if found is None:
+                    break
+                live = found
+        return live, reverted
 
     def replace_spec(self, live: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
         """Write `spec` over a live child's spec (a JSON patch with our field manager), only if the object is

@@ -85,6 +85,7 @@ class Memory:
     uid: str = ""  # of the object remembered: a namesake re-created meanwhile starts afresh
     last_status: dict[str, Any] | None = None
     applied_at: float | None = None  # monotonic
+    reverted_at: float | None = None  # monotonic: the last re-apply for a hand edit of a live child
     apply_error: ApplyError | None = None
     mount_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> message
     events_read_at: dict[str, float] = dataclasses.field(default_factory=dict)  # pod uid -> monotonic
@@ -129,6 +130,15 @@ def reapply_due(memory: Memory, drifted: bool, now: float, after_s: float, gener
         return False
     refused = memory.apply_error
     return now - memory.applied_at > after_s or (refused is not None and refused.generation != generation)
+
+
+def revert_due(memory: Memory, now: float, after_s: float) -> bool:
+    """A live child edited by hand: revert at once, then at most every `after_s` (another controller that keeps
+    writing the same fields is fought only that often). Records the revert."""
+    if memory.reverted_at is not None and now - memory.reverted_at <= after_s:
+        return False
+    memory.reverted_at = now
+    return True
 
 
 MISSING_AFTER_S = 10.0  # a child never seen counts as missing once its apply is this old

@@ -564,11 +564,13 @@ def test_hand_edits_of_children_are_reverted(cluster, operator, namespace):
 
     t0 = time.monotonic()
     cluster.kubectl("set", "env", "deployment/edit", "-n", namespace, "INJECTED=1")
-    assert "INJECTED" in _env_names(cluster.get("deployment", "edit", namespace))
     cluster.wait_for(
         lambda: _env_names(cluster.get("deployment", "edit", namespace)) == want_env, 60, "INJECTED removed"
     )
     print(f"env edit reverted after {time.monotonic() - t0:.1f} s")
+    # kubectl set env edits every container, the init container too: both reverted
+    reverted = next(line for line in operator.logs().splitlines() if "reverted what another field manager" in line)
+    assert "spec.template.spec.containers.0.env" in reverted and "initContainers.0.env" in reverted
 
     cluster.kubectl("set", "image", "deployment/edit", "-n", namespace, "runtime=example.invalid/other:1")
     cluster.kubectl("annotate", "deployment/edit", "-n", namespace, "team.example/owner=me")

@@ -105,6 +105,13 @@ def test_memories_created_and_forgotten():
     assert ms.get(A) is None and ms[A].last_status is None
 
 
+def test_a_hand_edit_is_reverted_at_once_then_at_most_every_30_s():
+    m = sq.Memories(30.0).of(A, "u")
+    assert sq.revert_due(m, 100.0, 30.0) is True
+    assert sq.revert_due(m, 110.0, 30.0) is False  # someone keeps editing: not a tight fight
+    assert sq.revert_due(m, 131.0, 30.0) is True
+
+
 def test_memory_is_per_uid_a_namesake_starts_afresh():
     ms = sq.Memories(30.0)
     old = ms.of(A, "uid-1")
