@@ -82,6 +82,14 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "minReplicas-maxReplicas and the autoscaler's last reason; empty without spec.autoscaling.",
     },
     {
+        "name": "Speculative",
+        "type": "string",
+        "priority": 1,
+        "jsonPath": ".status.speculative.display",
+        "description": "Speculative decoding that runs (draft, promptLookup), or none (reason) when it fell back; "
+        "empty without spec.speculative.",
+    },
+    {
         "name": "Endpoint",
         "type": "string",
         "priority": 1,

@@ -47,6 +47,12 @@ def violations(spec: api.LLMServingSpec, settings: Settings) -> list[str]:
             "spec.model.hostPath is denied: mounting host directories is off "
             "(operator setting OVSERVE_ALLOW_HOSTPATH, chart value policy.allowHostPath)"
         )
+    draft = spec.speculative.draftModel if spec.speculative is not None else None
+    if draft is not None and draft.hostPath is not None and not settings.allow_host_path:
+        out.append(
+            "spec.speculative.draftModel.hostPath is denied: mounting host directories is off "
+            "(operator setting OVSERVE_ALLOW_HOSTPATH, chart value policy.allowHostPath)"
+        )
     if spec.image and spec.image != settings.runtime_image and not image_allowed(spec.image, settings.allowed_images):
         allowed = ", ".join(settings.allowed_images) or "none"
         out.append(

@@ -14,6 +14,7 @@ import sys
 
 from ovserve_runtime import docblock
 from ovserve_runtime.report import Reason as RuntimeReason
+from ovserve_runtime.report import SpeculativeReason
 
 from .spec import Phase
 
@@ -200,11 +201,54 @@ PINNED_PIPELINE = _r(
     "PinnedPipeline", "Fallback", None, "a pinned LM_CB / VLM_CB never falls back (Fallback stays False)"
 )
 
+# ------------------------------------------------------------------------- speculative decoding
+SPECULATIVE_UNAVAILABLE = _r(
+    RuntimeReason.SPECULATIVE_UNAVAILABLE.value,
+    "Ready, PipelineResolved",
+    FAILED,
+    "spec.speculative.required and speculative decoding cannot run: the runtime refused (the message names why)",
+)
+SPECULATING = _r(
+    SpeculativeReason.SPECULATING.value, "SpeculativeDecoding=True", None, "the requested speculative mode runs"
+)
+DRAFT_MODEL_NOT_FOUND = _r(
+    SpeculativeReason.DRAFT_MODEL_NOT_FOUND.value,
+    "SpeculativeDecoding=False",
+    None,
+    "the draft model directory is missing or holds no model: serving without speculation",
+)
+DRAFT_MODEL_INCOMPATIBLE = _r(
+    SpeculativeReason.DRAFT_MODEL_INCOMPATIBLE.value,
+    "SpeculativeDecoding=False",
+    None,
+    "the draft's tokenizer differs from the model's, or the draft cannot run paged (no SDPA, stateless, a VLM): "
+    "serving without speculation",
+)
+DRAFT_MODEL_LOAD_FAILED = _r(
+    SpeculativeReason.DRAFT_MODEL_LOAD_FAILED.value,
+    "SpeculativeDecoding=False",
+    None,
+    "the pipeline with the draft failed to construct, without it it loads: serving without speculation",
+)
+SPECULATIVE_NEEDS_CB = _r(
+    SpeculativeReason.NEEDS_CONTINUOUS_BATCHING.value,
+    "SpeculativeDecoding=False",
+    None,
+    "the model resolved to a legacy or VLM pipeline: speculative decoding needs LM_CB; serving without",
+)
+SPECULATIVE_CONDITION = "SpeculativeDecoding"
+
 # ------------------------------------------------------------------------- Events only
 PIPELINE_FALLBACK_EVENT = _r(
     "PipelineFallback", "Event", None, "Warning: Fallback became True (AUTO runs the legacy pipeline)"
 )
 READY_EVENT = _r("Ready", "Event", None, "Normal: Ready became True")
+SPECULATIVE_FALLBACK_EVENT = _r(
+    "SpeculativeFallback",
+    "Event",
+    None,
+    "Warning: SpeculativeDecoding became False (serving without the requested speculation; the reason names why)",
+)
 DECISIONS_DIFFER_EVENT = _r(
     "DecisionsDiffer",
     "Event",

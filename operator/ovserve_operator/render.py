@@ -84,6 +84,14 @@ def model_path(name: str) -> str:
     return f"{MODELS_ROOT}/{name}"
 
 
+def draft_path(name: str) -> str:
+    return f"{MODELS_ROOT}/{name}-draft"
+
+
+DRAFT_VOLUME = "draft-model"
+DRAFT_INIT_CONTAINER_NAME = "draft-download"
+
+
 def owner_reference(name: str, uid: str) -> dict[str, Any]:
     return {
         "apiVersion": api.API_VERSION,
@@ -138,8 +146,30 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
         "embeddings_matryoshka": emb.matryoshka,
         "embeddings_max_batch": emb.maxBatch,
         "rerank_max_documents": rerank.maxDocuments,
+        **_speculative_flags(name, spec),
     }
     return RuntimeFlags(**{k: v for k, v in given.items() if v is not None})
+
+
+def _speculative_flags(name: str, spec: api.LLMServingSpec) -> dict[str, Any]:
+    sp = spec.speculative
+    if sp is None:
+        return {}
+    out: dict[str, Any] = {"speculative_required": sp.required or None}
+    if sp.draftModel is not None:
+        out.update(
+            draft_model_path=draft_path(name),
+            draft_device=str(sp.draftDevice) if sp.draftDevice is not None else None,
+            num_assistant_tokens=sp.numAssistantTokens,
+            assistant_confidence_threshold=sp.assistantConfidenceThreshold,
+        )
+    elif sp.promptLookup is not None:
+        out.update(
+            prompt_lookup=True,
+            num_assistant_tokens=sp.promptLookup.numAssistantTokens,
+            max_ngram_size=sp.promptLookup.maxNgramSize,
+        )
+    return out
 
 
 def runtime_args(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> list[str]:
@@ -210,11 +240,43 @@ def _model_volume(name: str, spec: api.LLMServingSpec, settings: Settings) -> tu
     return volume, mount
 
 
+def _draft_volume(name: str, spec: api.LLMServingSpec, settings: Settings) -> tuple[dict, dict] | None:
+    """(volume, mount) of the draft model, like the model's; None without a draft."""
+    src = spec.speculative.draftModel if spec.speculative is not None else None
+    if src is None:
+        return None
+    mount: dict[str, Any] = {"name": DRAFT_VOLUME, "mountPath": draft_path(name), "readOnly": True}
+    if src.hostPath is not None:
+        # DirectoryOrCreate: a missing draft serves without speculation (DraftModelNotFound), not a pod that
+        # cannot start
+        volume: dict[str, Any] = {
+            "name": DRAFT_VOLUME,
+            "hostPath": {"path": src.hostPath.path, "type": "DirectoryOrCreate"},
+        }
+    elif src.pvc is not None:
+        volume = {"name": DRAFT_VOLUME, "persistentVolumeClaim": {"claimName": src.pvc.claimName, "readOnly": True}}
+        if src.pvc.path:
+            mount["subPath"] = src.pvc.path
+    else:
+        assert src.huggingFace is not None
+        limit = src.huggingFace.sizeLimit or settings.hf_download_size_limit
+        volume = {"name": DRAFT_VOLUME, "emptyDir": {"sizeLimit": str(limit)}}
+    return volume, mount
+
+
 def _download_init_container(
-    name: str, spec: api.LLMServingSpec, image: str, pull_policy: str, settings: Settings
+    name: str,
+    spec: api.LLMServingSpec,
+    image: str,
+    pull_policy: str,
+    settings: Settings,
+    hf: api.HuggingFaceSource | None = None,
+    draft: bool = False,
 ) -> dict[str, Any]:
-    hf = spec.model.huggingFace
+    """The init container that downloads spec.model.huggingFace (or `hf`, the draft's, when `draft`)."""
+    hf = hf or spec.model.huggingFace
     assert hf is not None
+    dest, volume = (draft_path(name), DRAFT_VOLUME) if draft else (model_path(name), "model")
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
     if settings.hf_endpoint:
         env.append({"name": "HF_ENDPOINT", "value": settings.hf_endpoint})
@@ -229,16 +291,16 @@ def _download_init_container(
             }
         )
     return {
-        "name": INIT_CONTAINER_NAME,
+        "name": DRAFT_INIT_CONTAINER_NAME if draft else INIT_CONTAINER_NAME,
         "image": image,
         "imagePullPolicy": pull_policy,
         "command": ["python", "-m", "ovserve_operator.hfdownload"],
-        "args": ["--repo", hf.repo, "--revision", hf.revision, "--dest", model_path(name)],
+        "args": ["--repo", hf.repo, "--revision", hf.revision, "--dest", dest],
         "env": env,
         "securityContext": container_security_context(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
-            {"name": "model", "mountPath": model_path(name)},
+            {"name": volume, "mountPath": dest},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -309,6 +371,14 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
     }
     if spec.model.huggingFace is not None:
         pod_spec["initContainers"] = [_download_init_container(name, spec, image, pull_policy, settings)]
+    if (draft := _draft_volume(name, spec, settings)) is not None:  # added after everything else: hashes unchanged
+        pod_spec["volumes"].append(draft[0])
+        container["volumeMounts"].append(draft[1])
+        draft_hf = spec.speculative.draftModel.huggingFace  # type: ignore[union-attr]
+        if draft_hf is not None:
+            pod_spec.setdefault("initContainers", []).append(
+                _download_init_container(name, spec, image, pull_policy, settings, draft_hf, draft=True)
+            )
     node_selector: dict[str, str] = {}
     if spec.device == api.Device.GPU:
         node_selector.update(settings.gpu_node_selector)

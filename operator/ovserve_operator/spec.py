@@ -165,6 +165,106 @@ class ModelSource(_Strict):
     )
 
 
+class DraftModelSource(_Strict):
+    """Where the draft model comes from: exactly one of pvc, hostPath, huggingFace (as spec.model)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.pvc), has(self.hostPath), has(self.huggingFace)].filter(x, x).size() == 1",
+                    "message": "exactly one of draftModel.pvc, draftModel.hostPath, draftModel.huggingFace must be set",
+                }
+            ]
+        }
+    )
+
+    pvc: PVCSource | None = Field(None, description="Draft model on a PersistentVolumeClaim.")
+    hostPath: HostPathSource | None = Field(None, description="Draft model in a directory of the node (dev only).")
+    huggingFace: HuggingFaceSource | None = Field(None, description="Draft model downloaded from the Hugging Face Hub.")
+
+    @model_validator(mode="after")
+    def _one(self) -> DraftModelSource:
+        if sum(x is not None for x in (self.pvc, self.hostPath, self.huggingFace)) != 1:
+            raise ValueError("exactly one of draftModel.pvc, draftModel.hostPath, draftModel.huggingFace must be set")
+        return self
+
+
+class PromptLookup(_Strict):
+    """Prompt lookup decoding: n-grams of the prompt propose tokens (no draft model)."""
+
+    maxNgramSize: int | None = Field(
+        None, **flags.bounds("max_ngram_size"), description="Longest n-gram matched. Default: the runtime's (3)."
+    )
+    numAssistantTokens: int | None = Field(
+        None, **flags.bounds("num_assistant_tokens"), description="Tokens proposed per step. Default: 3."
+    )
+
+
+_SPECULATIVE_RULES = [
+    {
+        "rule": "has(self.draftModel) != has(self.promptLookup)",
+        "message": "speculative: exactly one of draftModel, promptLookup must be set",
+    },
+    {
+        "rule": "!(has(self.numAssistantTokens) && has(self.assistantConfidenceThreshold))",
+        "message": "speculative: numAssistantTokens and assistantConfidenceThreshold are exclusive",
+    },
+    {
+        "rule": "has(self.draftModel) || !(has(self.numAssistantTokens) || has(self.assistantConfidenceThreshold) "
+        "|| has(self.draftDevice))",
+        "message": "speculative: numAssistantTokens, assistantConfidenceThreshold and draftDevice belong to a draft "
+        "model (promptLookup has its own numAssistantTokens)",
+    },
+]
+
+
+class Speculative(_Strict):
+    """Speculative decoding (continuous-batching text pipelines: LM_CB, or AUTO resolving to it): a draft model or
+    prompt lookup proposes tokens, the model verifies them; with greedy decoding the output is the same. A draft
+    that cannot serve (missing, another tokenizer, not pageable, a load error) serves without speculation,
+    recorded in status.speculative with a Warning, unless `required`, which fails the serving instead."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _SPECULATIVE_RULES})
+
+    draftModel: DraftModelSource | None = Field(
+        None, description="A smaller model with the same tokenizer (an OpenVINO IR text model, stateful export)."
+    )
+    draftDevice: Device | None = Field(None, description="Device of the draft model. Default: spec.device.")
+    numAssistantTokens: int | None = Field(
+        None,
+        **flags.bounds("num_assistant_tokens"),
+        description="Tokens the draft proposes per step. Default: the runtime's (5).",
+    )
+    assistantConfidenceThreshold: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Instead of numAssistantTokens: the draft proposes while its confidence stays above this.",
+    )
+    promptLookup: PromptLookup | None = Field(None, description="Prompt lookup decoding instead of a draft model.")
+    required: bool = Field(
+        False,
+        description="Fail the serving (reason SpeculativeDecodingUnavailable) instead of serving without "
+        "speculation when it cannot run.",
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Speculative:
+        # the CEL rules above, for specs that reach the operator by other paths
+        if (self.draftModel is None) == (self.promptLookup is None):
+            raise ValueError(_SPECULATIVE_RULES[0]["message"])
+        if self.numAssistantTokens is not None and self.assistantConfidenceThreshold is not None:
+            raise ValueError(_SPECULATIVE_RULES[1]["message"])
+        if self.draftModel is None and (
+            self.numAssistantTokens is not None
+            or self.assistantConfidenceThreshold is not None
+            or self.draftDevice is not None
+        ):
+            raise ValueError(_SPECULATIVE_RULES[2]["message"])
+        return self
+
+
 class SchedulerConfig(_Strict):
     """Continuous-batching scheduler (openvino_genai.SchedulerConfig); used only by *_CB pipelines."""
 
@@ -416,6 +516,18 @@ class RerankConfig(_Strict):
 _TASKS_WITHOUT_GENERATION = "['embeddings', 'rerank']"
 
 
+_SPEC_RULES = [
+    {
+        "rule": "!has(self.speculative) || self.pipelineType == 'AUTO' || self.pipelineType == 'LM_CB'",
+        "message": "speculative decoding runs on the continuous-batching text pipeline: pipelineType AUTO or LM_CB",
+    },
+    {
+        "rule": "!has(self.speculative) || !has(self.task) || self.task == 'AUTO' || self.task == 'text-generation'",
+        "message": "speculative decoding applies to text generation only",
+    },
+]
+
+
 class LLMServingSpec(_Strict):
     """Desired state of an LLMServing: a model served by the ovserve runtime (OpenVINO GenAI)."""
 
@@ -449,6 +561,7 @@ class LLMServingSpec(_Strict):
                     "message": "KVCacheUsage is a text-generation metric: autoscale embeddings and rerank on "
                     "QueueDepth or RunningRequests",
                 },
+                *_SPEC_RULES,
             ]
         },
     )
@@ -529,6 +642,18 @@ class LLMServingSpec(_Strict):
             raise ValueError("KVCacheUsage is a text-generation metric: autoscale embeddings and rerank on QueueDepth")
         return self
 
+    speculative: Speculative | None = Field(
+        None, description="Speculative decoding: a draft model or prompt lookup (LM_CB only; docs/operator.md)."
+    )
+
+    @model_validator(mode="after")
+    def _speculative_pipeline(self) -> LLMServingSpec:
+        if self.speculative is not None and self.pipelineType not in (PipelineType.AUTO, PipelineType.LM_CB):
+            raise ValueError(_SPEC_RULES[0]["message"])
+        if self.speculative is not None and self.task not in (Task.AUTO, Task.TEXT_GENERATION):
+            raise ValueError(_SPEC_RULES[1]["message"])
+        return self
+
 
 # ------------------------------------------------------------------------------------------- status
 
@@ -568,6 +693,21 @@ class PipelineStatus(BaseModel):
     )
     reason: str = Field("Loading", description="Why the pipeline is what it is (or why it failed).")
     message: str = Field("", description="Details, e.g. the original PagedAttention error.")
+
+
+class SpeculativeStatus(BaseModel):
+    """Speculative decoding as the current spec's pods run it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    requested: str = Field("none", description="draft or promptLookup (spec.speculative).")
+    resolved: str | None = Field(
+        None, description="What runs: draft, promptLookup or none; comma-separated when pods disagree."
+    )
+    fallback: bool = Field(False, description="True when requested but serving without speculation.")
+    reason: str = Field("Loading", description="Speculating, or why not (e.g. DraftModelIncompatible).")
+    message: str = Field("", description="Details, e.g. how the draft's tokenizer differs.")
+    display: str = Field("", description="For the SPECULATIVE column: what runs, and the reason when it falls back.")
 
 
 class TaskStatus(BaseModel):
@@ -662,6 +802,9 @@ class LLMServingStatus(BaseModel):
     )
     resourceDefaults: ResourceDefaultsStatus | None = Field(
         None, description="Requests of the runtime container the operator defaulted; absent when the spec sets all."
+    )
+    speculative: SpeculativeStatus | None = Field(
+        None, description="Speculative decoding as requested and as it runs; absent when spec.speculative is not set."
     )
     task: TaskStatus | None = Field(None, description="The task requested and the one the pods resolved.")
     embeddings: EmbeddingsReport | None = Field(

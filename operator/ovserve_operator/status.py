@@ -202,6 +202,49 @@ def decisions_status(f: Facts) -> tuple[Decisions | None, str | None]:
     return base, "; ".join(diffs)[:4096] or None
 
 
+def speculative_status(f: Facts) -> api.SpeculativeStatus | None:
+    """status.speculative: what the current spec's pods run (absent without spec.speculative)."""
+    if f.spec is None or f.spec.speculative is None:
+        return None
+    requested = "draft" if f.spec.speculative.draftModel is not None else "promptLookup"
+    told = [
+        p.report.speculative for p in f.current if p.report is not None and p.report.speculative.requested != "none"
+    ]
+    out = api.SpeculativeStatus(requested=requested, reason=R.LOADING_REASON)
+    if not told:
+        return out
+    keys = {(t.resolved.value, t.reason.value) for t in told}
+    first = told[0]
+    out.fallback = any(t.fallback for t in told)
+    if len(keys) == 1:
+        out.resolved, out.reason, out.message = first.resolved.value, first.reason.value, first.message
+    else:
+        out.resolved = ",".join(sorted({k[0] for k in keys}))
+        out.reason = R.PODS_DISAGREE
+        out.message = "; ".join(sorted(f"{k[0]} ({k[1]})" for k in keys))
+    fb = next((t for t in told if t.fallback), None)
+    out.display = f"none ({fb.reason.value})" if fb is not None else (out.resolved or "")
+    return out
+
+
+def speculative_condition(sp: api.SpeculativeStatus, f: Facts, stamp: str) -> api.Condition:
+    if sp.resolved is None:
+        status, reason, message = api.ConditionStatus.UNKNOWN, R.LOADING_REASON, "no pod of this spec has said yet"
+    elif sp.fallback:
+        fb_reason = sp.reason if sp.reason != R.PODS_DISAGREE else R.PODS_DISAGREE
+        status, reason, message = api.ConditionStatus.FALSE, fb_reason, sp.message
+    else:
+        status, reason, message = api.ConditionStatus.TRUE, sp.reason, f"{sp.resolved} runs"
+    return api.Condition(
+        type=R.SPECULATIVE_CONDITION,
+        status=status,
+        observedGeneration=f.generation,
+        lastTransitionTime=stamp,
+        reason=reason,
+        message=message[:32768],
+    )
+
+
 def _with_transition_times(
     conditions: list[api.Condition], previous: Sequence[Mapping[str, Any]] | None
 ) -> list[api.Condition]:
@@ -245,6 +288,9 @@ def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.dateti
                 message=message[:32768],
             )
         )
+    speculative = speculative_status(f)
+    if speculative is not None:
+        conditions.append(speculative_condition(speculative, f, stamp))
     conditions = _with_transition_times(conditions, previous.get("conditions"))
     ready = conditions[0]
     decided, differ = decisions_status(f)
@@ -268,6 +314,7 @@ def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.dateti
         task=task,
         embeddings=embeddings,
         capabilities=capabilities_status(f),
+        speculative=speculative,
         decisions=decided,
         decisionsDiffer=differ,
         conditions=conditions,
@@ -361,6 +408,10 @@ def events_for(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[E
             events.append(Event("Normal", R.READY_EVENT, msg))
         elif reason in _WARN_READY:
             events.append(Event("Warning", reason, ready_new.get("message", "")[:1024]))
+    sp_old, sp_new = _cond(previous, R.SPECULATIVE_CONDITION), _cond(status, R.SPECULATIVE_CONDITION)
+    if sp_new.get("status") == "False" and _changed(sp_old, sp_new):
+        msg = f"{sp_new.get('reason')}: {sp_new.get('message', '')}"
+        events.append(Event("Warning", R.SPECULATIVE_FALLBACK_EVENT, msg[:1024]))
     differ = status.get("decisionsDiffer")
     if differ and differ != previous.get("decisionsDiffer"):
         events.append(Event("Warning", R.DECISIONS_DIFFER_EVENT, differ[:1024]))

@@ -20,8 +20,9 @@ from pathlib import Path
 from . import decisions
 from .flags import RuntimeFlags, add_arguments, from_sources
 from .openai import assistant
-from .report import PipelineReport, Reason, RuntimeReport, State, Task, TaskReport, Versions
+from .report import PipelineReport, Reason, RuntimeReport, SpeculativeMode, State, Task, TaskReport, Versions
 from .sources import ConfigError
+from .speculative import SpeculativeConfig
 
 log = logging.getLogger("ovserve.cli")
 EXIT_FAILED = 3
@@ -131,8 +132,11 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
 
-    props = {"INFERENCE_NUM_THREADS": args.inference_threads} if args.inference_threads else {}
+    props: dict = {"INFERENCE_NUM_THREADS": args.inference_threads} if args.inference_threads else {}
+    if args.inference_precision and args.inference_precision != "AUTO":
+        props["INFERENCE_PRECISION_HINT"] = args.inference_precision
     opts = LoadOptions(
+        speculative=speculative_config(args, props),
         model_path=args.model_path,
         pipeline_type=requested,
         device=args.device,
@@ -150,7 +154,10 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         loaded = load_task.result()
     except LoadFailure as f:
         task = getattr(f, "task", report.task)
-        report = report.model_copy(update={"state": State.FAILED, "pipeline": f.report, "task": task})
+        update = {"state": State.FAILED, "pipeline": f.report, "task": task}
+        if getattr(f, "speculative", None) is not None:
+            update["speculative"] = f.speculative
+        report = report.model_copy(update=update)
         app.set_report(report)
         await runner.cleanup()
         return EXIT_FAILED, report
@@ -187,7 +194,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
     speculative = getattr(engine, "speculative", None) or report.speculative
     record = decisions.record(
         asked(args),
-        engine.observed or decisions.Observed(),
+        getattr(engine, "observed", None) or decisions.Observed(),
         report.versions,
         max_position=loaded.max_position,
         speculative=speculative,
@@ -230,6 +237,26 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
     return exit_code, app.report
 
 
+def speculative_config(args: RuntimeFlags, props: dict) -> SpeculativeConfig:
+    """The speculative mode the flags ask for; the draft runs with the main model's threads and precision."""
+    if args.draft_model_path:
+        mode = SpeculativeMode.DRAFT
+    elif args.prompt_lookup:
+        mode = SpeculativeMode.PROMPT_LOOKUP
+    else:
+        return SpeculativeConfig()
+    return SpeculativeConfig(
+        mode=mode,
+        draft_path=args.draft_model_path,
+        draft_device=args.draft_device,
+        num_assistant_tokens=args.num_assistant_tokens,
+        assistant_confidence_threshold=args.assistant_confidence_threshold,
+        max_ngram_size=args.max_ngram_size,
+        required=args.speculative_required,
+        draft_properties=tuple(sorted(props.items())),
+    )
+
+
 def asked(args: RuntimeFlags) -> decisions.Asked:
     """What the flags ask for, as the decision record compares it with what runs."""
     kv = args.kv_cache_precision
@@ -241,6 +268,7 @@ def asked(args: RuntimeFlags) -> decisions.Asked:
         enable_prefix_caching=args.enable_prefix_caching,
         dynamic_split_fuse=args.dynamic_split_fuse,
         max_prompt_tokens=args.max_prompt_tokens or None,
+        inference_precision=None if args.inference_precision in (None, "AUTO") else args.inference_precision,
     )
 
 

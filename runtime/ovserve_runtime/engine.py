@@ -196,6 +196,10 @@ class Engine:
         self.tokenizer = pipeline.get_tokenizer()
         self.token_table = None  # detok.TokenTable, built by the loader
         self.observed = None  # decisions.Observed, read back by the loader after the smoke generation
+        self.speculative = None  # report.SpeculativeReport, set by the loader
+        self.speculation: dict[str, Any] = {}  # GenerationConfig fields of the running speculative mode
+        self.spec_counted = False  # a draft proposing a fixed number: proposed tokens are known
+        self.spec_counts = [0, 0, 0]  # decode steps, draft tokens proposed (where known), accepted (cumulative)
         self.fatal: str | None = None
         self.on_fatal: Callable[[str], None] | None = None
         self._ids = itertools.count(1)
@@ -218,7 +222,29 @@ class Engine:
         c.eos_token_id = base.eos_token_id
         c.stop_token_ids = set(base.stop_token_ids)
         c.apply_chat_template = False  # the server applies the chat template itself
+        for k, v in self.speculation.items():  # openvino-genai needs them on every request of a speculating pipeline
+            setattr(c, k, v)
         return c
+
+    def set_speculation(self, fields: dict[str, Any], counted: bool) -> None:
+        """The speculative mode that runs: its GenerationConfig fields (speculative.SpeculativeConfig)."""
+        self.speculation, self.spec_counted = dict(fields), counted
+
+    def speculation_counts(self) -> tuple[int, int, int]:
+        """(decode steps, proposed, accepted) of speculating requests so far."""
+        c = self.spec_counts
+        return c[0], c[1], c[2]
+
+    def speculate(self, config, num_assistant_tokens: int | None) -> str | None:
+        """Apply a request's num_assistant_tokens; the reason it cannot be honoured, or None."""
+        if num_assistant_tokens is None:
+            return None
+        if "num_assistant_tokens" not in self.speculation:
+            if "assistant_confidence_threshold" in self.speculation:
+                return "this serving's draft proposes by confidence (--assistant-confidence-threshold), not by count"
+            return "speculative decoding does not run on this serving (/v1/status speculative)"
+        config.num_assistant_tokens = num_assistant_tokens
+        return None
 
     # --- stats (read from any thread) ----------------------------------------------------------
     @property
@@ -460,6 +486,8 @@ class CBEngine(Engine):
                 if lps is not None:
                     ids = with_logprobs(ids, lps)
                 if ids:
+                    if self.speculation and req.generated:  # a decode step: tokens beyond one were accepted
+                        self._count_speculation(req, len(ids))
                     req.generated += len(ids)
                     self._emit(req, "tokens", ids)
                     if req.finish_reason_raw.value == unfinished:
@@ -473,6 +501,17 @@ class CBEngine(Engine):
                 del self._active[rid]
                 self._ended()
                 self._emit(req, "done", _finish_reason(req.finish_reason_raw, req.generated, req.max_new_tokens))
+
+    def _count_speculation(self, req: GenRequest, n: int) -> None:
+        """One decode step of a speculating request that yielded `n` tokens: n - 1 proposed tokens were accepted.
+        Proposed counts are known for a draft proposing a fixed number (min(N, tokens left - 1)); prompt lookup
+        and a confidence threshold propose a varying number, which add_request/step does not expose."""
+        c = self.spec_counts
+        c[0] += 1
+        c[2] += n - 1
+        k = req.config.num_assistant_tokens if self.spec_counted else 0
+        if k:
+            c[1] += max(0, min(k, req.max_new_tokens - req.generated - 1))
 
     def _emit(self, req: GenRequest, kind: str, value: Any) -> None:
         if req.loop is None or req.events is None:
@@ -667,11 +706,18 @@ def _is_fatal(msg: str) -> bool:
 # --- construction --------------------------------------------------------------------------------
 
 
-def construct_cb(path: str, device: str, sched: SchedulerOptions, props: dict[str, Any]):
+def construct_cb(path: str, device: str, sched: SchedulerOptions, props: dict[str, Any], spec=None):
+    """`spec`: a speculative.SpeculativeConfig to run (a draft model or prompt lookup), or None."""
     import openvino_genai as g
 
     cfg = sched.scheduler_config()
     extra = {**props, **sched.properties()}
+    if spec is not None and spec.mode == "draft":
+        extra["draft_model"] = g.draft_model(
+            spec.draft_path, spec.draft_device or device, **dict(spec.draft_properties)
+        )
+    elif spec is not None and spec.mode == "promptLookup":
+        extra["prompt_lookup"] = True
     log.info(
         "ContinuousBatchingPipeline scheduler: cache_size=%s max_num_seqs=%s max_num_batched_tokens=%s "
         "enable_prefix_caching=%s dynamic_split_fuse=%s properties=%s",

@@ -7,7 +7,8 @@ and runs the same CBEngine step loop; the HTTP process keeps only the tokenizer.
   HTTP -> core   ("add", id, [prompt ids], is_tensor, {generation config fields}, preparing)
                  ("preparing", n)  ("cancel", id)  ("stop",)  preparing, n: requests the HTTP side is still parsing
   core -> HTTP   ("ready", {eos_token_id, stop_token_ids})  or  ("init_error", message)   once, at start
-                 ("step", [(id, kind, value), ...], (waiting, running, cache_usage, cache_bytes))  one per step
+                 ("step", [(id, kind, value), ...], stats)    one per step; stats: (waiting, running, cache_usage,
+                 cache_bytes, steps, proposed, accepted), the last three speculative decoding counts (cumulative)
                  ("fatal", message)                                                        then it exits
 
                  ("echo",)  answering the parent's ("echo",): the hand-over point below
@@ -71,6 +72,9 @@ CONFIG_FIELDS = (
     "eos_token_id",
     "stop_token_ids",
     "apply_chat_template",
+    "num_assistant_tokens",
+    "assistant_confidence_threshold",
+    "max_ngram_size",
 )
 
 
@@ -135,7 +139,9 @@ class _CoreEngine(CBEngine):
         out, self._out = self._out, []
         if out:
             # the pipe write releases the GIL: the receiver thread takes in new requests there
-            self.send(("step", out, (self.waiting, self.running, self.cache_usage(), self.cache_bytes())))
+            self.send(
+                ("step", out, (self.waiting, self.running, self.cache_usage(), self.cache_bytes(), *self.spec_counts))
+            )
         else:
             time.sleep(0)  # let the receiver thread take in new requests
 
@@ -168,7 +174,9 @@ def _die_with_parent() -> None:
         pass  # not Linux: EOF on the pipe still ends the child
 
 
-def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str, parent: int, log_level: int) -> None:
+def core_main(
+    conn, path: str, device: str, sched: dict, props: dict, kind: str, parent: int, log_level: int, spec: dict | None
+) -> None:
     _die_with_parent()
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s[core]: %(message)s")
     if os.getppid() != parent:  # the parent died before prctl took effect
@@ -181,8 +189,13 @@ def core_main(conn, path: str, device: str, sched: dict, props: dict, kind: str,
 
     try:
         opts = SchedulerOptions(**sched)
-        pipe = construct_cb(path, device, opts, props)
+        from .speculative import SpeculativeConfig
+
+        sc = SpeculativeConfig(**spec) if spec else None
+        pipe = construct_cb(path, device, opts, props, sc)
         engine = _CoreEngine(pipe, PipelineType(kind), conn, max_active=opts.effective_max_num_seqs())
+        if sc is not None:
+            engine.set_speculation(sc.generation_fields(), sc.counted)
     except Exception as exc:
         send(conn, ("init_error", str(exc).strip()))
         return
@@ -235,7 +248,9 @@ class ProcessCBEngine(Engine):
     continuous_batching = True
     in_process = False
 
-    def __init__(self, path: str, device: str, sched: SchedulerOptions, props: dict[str, Any], kind: PipelineType):
+    def __init__(
+        self, path: str, device: str, sched: SchedulerOptions, props: dict[str, Any], kind: PipelineType, spec=None
+    ):
         import openvino_genai as g
 
         # no Engine.__init__: there is no pipeline here, only its tokenizer
@@ -248,20 +263,33 @@ class ProcessCBEngine(Engine):
         self.tokenizer = g.Tokenizer(path, INFERENCE_NUM_THREADS=1)
         self.token_table = None
         self.observed = None
+        self.speculative = None
+        self.speculation: dict[str, Any] = {}
+        self.spec_counted = False
         self.fatal: str | None = None
         self.on_fatal = None
         self.loop = None
         self._lock = threading.Lock()
         self._ids = iter(range(1, 1 << 62))
         self._reqs: dict[int, GenRequest] = {}
-        self._stats: tuple[int, int, float | None, int | None] = (0, 0, None, None)
+        self._stats: tuple = (0, 0, None, None, 0, 0, 0)
         self._stopping = False
         self._on_loop = False  # the event loop reads the pipe (after attach)
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self.proc = ctx.Process(
             target=core_main,
-            args=(child, path, device, asdict(sched), props, str(kind), os.getpid(), logging.getLogger().level),
+            args=(
+                child,
+                path,
+                device,
+                asdict(sched),
+                props,
+                str(kind),
+                os.getpid(),
+                logging.getLogger().level,
+                asdict(spec) if spec is not None else None,
+            ),
             name="ovserve-engine-core",
             daemon=True,
         )
@@ -295,6 +323,9 @@ class ProcessCBEngine(Engine):
 
     def cache_bytes(self) -> int | None:
         return self._stats[3]
+
+    def speculation_counts(self) -> tuple[int, int, int]:
+        return self._stats[4], self._stats[5], self._stats[6]
 
     def start(self) -> None:
         self._reader.start()
@@ -436,7 +467,7 @@ class ProcessCBEngine(Engine):
         with self._lock:
             self.fatal = reason
             pending, self._reqs = list(self._reqs.values()), {}
-        self._stats = (0, 0, None, None)
+        self._stats = (0, 0, None, None, *self._stats[4:])
         for req in pending:
             req.emit("error", f"pipeline failed: {reason}")
         if self.on_fatal is not None:

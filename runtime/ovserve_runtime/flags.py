@@ -30,6 +30,7 @@ class Group(StrEnum):
     SCHEDULER = "scheduler (continuous batching pipelines LM_CB/VLM_CB only)"
     SERVER = "server"
     TASKS = "embeddings and rerank (tasks other than text generation)"
+    SPECULATIVE = "speculative decoding (LM_CB only; docs/runtime.md: Speculative decoding)"
 
 
 class Pooling(StrEnum):
@@ -340,6 +341,61 @@ class RuntimeFlags(BaseModel):
     rerank_max_documents: int = _flag(
         1000, Group.TASKS, "N", "documents per rerank request; more get 400 too_many_documents", ge=1
     )
+    inference_precision: Literal["AUTO", "f32", "bf16", "f16"] | None = _flag(
+        None,
+        Group.MODEL,
+        "TYPE",
+        "INFERENCE_PRECISION_HINT: AUTO (the plugin's: bf16 on a CPU with AMX/AVX512-BF16, f16 on a GPU), f32, bf16, "
+        "f16; the resolved value is in /v1/status decisions.inferencePrecision",
+        shown="AUTO",
+    )
+    draft_model_path: str | None = _flag(
+        None,
+        Group.SPECULATIVE,
+        "DIR",
+        "a smaller model sharing the main model's tokenizer proposes tokens, the main model verifies them; an "
+        "unusable draft serves without speculation (reported), or refuses with --speculative-required",
+        shown="none",
+        min_length=1,
+    )
+    draft_device: str | None = _flag(
+        None, Group.SPECULATIVE, "DEVICE", "device of the draft model", shown="the main model's", min_length=1
+    )
+    prompt_lookup: bool = _flag(
+        False,
+        Group.SPECULATIVE,
+        "",
+        "prompt lookup decoding: n-grams of the prompt propose tokens (no draft model; helps when answers quote "
+        "the prompt)",
+    )
+    num_assistant_tokens: int | None = _flag(
+        None,
+        Group.SPECULATIVE,
+        "N",
+        "tokens proposed per step (draft or prompt lookup); a request may lower or raise it with num_assistant_tokens",
+        shown="5 (draft), 3 (prompt lookup)",
+        ge=1,
+        le=64,
+    )
+    assistant_confidence_threshold: float | None = _flag(
+        None,
+        Group.SPECULATIVE,
+        "P",
+        "draft only, instead of --num-assistant-tokens: the draft proposes while its confidence stays above P",
+        shown="none",
+        gt=0,
+        lt=1,
+    )
+    max_ngram_size: int | None = _flag(
+        None, Group.SPECULATIVE, "N", "prompt lookup: longest n-gram matched", shown="3", ge=1, le=64
+    )
+    speculative_required: bool = _flag(
+        False,
+        Group.SPECULATIVE,
+        "",
+        "refuse to serve (exit 3, reason SpeculativeDecodingUnavailable) instead of serving without speculation "
+        "when the draft or prompt lookup cannot run",
+    )
 
     @field_validator("pipeline_type", "device", "log_level", "embeddings_pooling", mode="before")
     @classmethod
@@ -352,6 +408,26 @@ class RuntimeFlags(BaseModel):
             raise ValueError(
                 "--kv-cache-precision u4 needs a fixed --cache-size-gb > 0: openvino-genai 2026.4 corrupts memory "
                 "when a u4 KV cache grows on demand"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _speculative(self) -> RuntimeFlags:
+        if self.draft_model_path and self.prompt_lookup:
+            raise ValueError("--draft-model-path and --prompt-lookup are exclusive: one speculative mode")
+        if self.num_assistant_tokens is not None and self.assistant_confidence_threshold is not None:
+            raise ValueError("--num-assistant-tokens and --assistant-confidence-threshold are exclusive")
+        if self.assistant_confidence_threshold is not None and not self.draft_model_path:
+            raise ValueError("--assistant-confidence-threshold needs --draft-model-path")
+        if self.max_ngram_size is not None and not self.prompt_lookup:
+            raise ValueError("--max-ngram-size needs --prompt-lookup")
+        speculating = bool(self.draft_model_path or self.prompt_lookup)
+        if not speculating and (
+            self.num_assistant_tokens is not None or self.draft_device or self.speculative_required
+        ):
+            raise ValueError(
+                "--num-assistant-tokens, --draft-device and --speculative-required need --draft-model-path or "
+                "--prompt-lookup"
             )
         return self
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import observe, resolve
+from . import observe, resolve, speculative
 from .detok import TokenTable
 from .engine import (
     CBEngine,
@@ -19,15 +19,17 @@ from .engine import (
     construct_cb,
     construct_legacy,
 )
-from .report import PipelineReport, PipelineType, Reason
+from .report import PipelineReport, PipelineType, Reason, SpeculativeReason, SpeculativeReport
+from .speculative import SpeculativeConfig
 
 log = logging.getLogger("ovserve.loader")
 
 
 class LoadFailure(Exception):
-    def __init__(self, report: PipelineReport) -> None:
+    def __init__(self, report: PipelineReport, speculative: SpeculativeReport | None = None) -> None:
         super().__init__(f"{report.reason}: {report.message}")
         self.report = report
+        self.speculative = speculative
 
 
 @dataclass
@@ -41,6 +43,7 @@ class LoadOptions:
     # text CB models: the pipeline in an engine-core child process (engine_core.py), not a thread here
     engine_process: bool = True
     observe: bool = True  # read the resolved settings back (observe.py) for the decisions record
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
 
 
 def available_devices() -> list[str]:
@@ -88,29 +91,36 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
             error = structure.pa_error
             log.info("PagedAttention not possible (structural check): %s", error.splitlines()[-1])
         else:
-            error = None
+            spec, problem = _speculation(opts, p)
             t = time.perf_counter()
-            try:
-                if opts.engine_process and p.cb_type == PipelineType.LM_CB:
-                    from .engine_core import ProcessCBEngine
-
-                    engine: Engine = ProcessCBEngine(
-                        opts.model_path, opts.device, opts.scheduler, opts.properties, p.cb_type
+            engine, error = _construct_cb(opts, p, spec)
+            if engine is None and spec is not None:
+                # the draft (or prompt lookup) may be what failed: without it, does the main model load?
+                engine, plain_error = _construct_cb(opts, p, None)
+                if engine is not None:
+                    reason = (
+                        SpeculativeReason.DRAFT_MODEL_LOAD_FAILED
+                        if spec.mode == "draft"
+                        else SpeculativeReason.NEEDS_CONTINUOUS_BATCHING
                     )
+                    problem = (reason, error or "")
+                    if opts.speculative.required:
+                        engine.stop()
+                        _refuse(requested, opts.speculative, problem)
                 else:
-                    engine = CBEngine(
-                        construct_cb(opts.model_path, opts.device, opts.scheduler, opts.properties),
-                        p.cb_type,
-                        max_active=opts.scheduler.effective_max_num_seqs(),
-                    )
-            except Exception as exc:
-                error = str(exc).strip()
+                    error = plain_error
+            if engine is None:
                 log.info("ContinuousBatchingPipeline construction failed: %s", error)
-                if predicted is None and resolve.classify_error(error) == Reason.PAGED_ATTENTION_NOT_SUPPORTED:
+                if predicted is None and resolve.classify_error(error or "") == Reason.PAGED_ATTENTION_NOT_SUPPORTED:
                     log.warning("structural check predicted CB support, construction disagreed")
             else:
                 log.info("ContinuousBatchingPipeline constructed in %.2fs", time.perf_counter() - t)
                 report = resolve.cb_report(p)
+                engine.speculative = speculative.report(opts.speculative, *(problem or (None, "")))
+                if problem is None and spec is not None:
+                    engine.set_speculation(spec.generation_fields(), spec.counted)
+                elif problem is not None:
+                    log.warning("serving WITHOUT speculative decoding: %s: %s", problem[0], problem[1])
                 _prove(engine, report, requested)
                 engine.observed = observe.observe(
                     probed,
@@ -135,9 +145,91 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
         raise LoadFailure(resolve.failed_report(requested, Reason.MODEL_LOAD_FAILED, msg)) from exc
     log.info("legacy %s pipeline (SDPA) constructed in %.2fs", p.kind, time.perf_counter() - t)
     engine = LegacyEngine(pipe, p.kind)
+    legacy_problem = _legacy_problem(opts)
+    if legacy_problem is not None and opts.speculative.required:
+        _refuse(requested, opts.speculative, legacy_problem)
+    engine.speculative = speculative.report(opts.speculative, *(legacy_problem or (None, "")))
     _prove(engine, report, requested)
     engine.observed = observe.observe(probed)
     return engine, report, layout
+
+
+def _construct_cb(opts: LoadOptions, p: resolve.Plan, spec: SpeculativeConfig | None) -> tuple[Engine | None, str]:
+    """(engine, "") or (None, the construction error)."""
+    try:
+        if opts.engine_process and p.cb_type == PipelineType.LM_CB:
+            from .engine_core import ProcessCBEngine
+
+            return ProcessCBEngine(opts.model_path, opts.device, opts.scheduler, opts.properties, p.cb_type, spec), ""
+        pipe = construct_cb(opts.model_path, opts.device, opts.scheduler, opts.properties, spec)
+        return CBEngine(pipe, p.cb_type, max_active=opts.scheduler.effective_max_num_seqs()), ""
+    except Exception as exc:
+        return None, str(exc).strip()
+
+
+def _refuse(requested: PipelineType, cfg: SpeculativeConfig, problem: tuple[SpeculativeReason, str]) -> None:
+    """`required` speculation cannot run: the serving is refused, naming why."""
+    sp = speculative.report(cfg, *problem)
+    msg = f"{problem[0]}: {problem[1]}"
+    raise LoadFailure(resolve.failed_report(requested, Reason.SPECULATIVE_UNAVAILABLE, msg), sp)
+
+
+def _legacy_problem(opts: LoadOptions) -> tuple[SpeculativeReason, str] | None:
+    if not opts.speculative.on:
+        return None
+    return (
+        SpeculativeReason.NEEDS_CONTINUOUS_BATCHING,
+        "speculative decoding runs on the continuous-batching text pipeline (LM_CB); the legacy pipeline serves",
+    )
+
+
+def _speculation(opts: LoadOptions, p: resolve.Plan) -> tuple[SpeculativeConfig | None, tuple | None]:
+    """(the speculative config to construct with, or None; the problem that keeps it from running, or None).
+    Refuses (LoadFailure) when speculation is required and cannot run."""
+    cfg = opts.speculative
+    if not cfg.on:
+        return None, None
+    problem: tuple[SpeculativeReason, str] | None = None
+    if p.cb_type != PipelineType.LM_CB:
+        problem = (
+            SpeculativeReason.NEEDS_CONTINUOUS_BATCHING,
+            f"speculative decoding runs on the text pipeline LM_CB; this model resolves to {p.cb_type}",
+        )
+    else:
+        problem = speculative.draft_problem(cfg) or _draft_compatibility(opts)
+    if problem is not None and cfg.required:
+        _refuse(opts.pipeline_type, cfg, problem)
+    return (None if problem else cfg), problem
+
+
+def _draft_compatibility(opts: LoadOptions) -> tuple[SpeculativeReason, str] | None:
+    """A draft that openvino-genai would accept but that cannot speculate for this model: one the
+    SDPAToPagedAttention pass refuses, or another tokenizer (openvino-genai 2026.4 does not check it)."""
+    cfg = opts.speculative
+    if cfg.mode != "draft" or not cfg.draft_path:
+        return None
+    from .structure import check
+
+    try:
+        st = check(Path(cfg.draft_path) / resolve.LM_XML)
+    except Exception as exc:
+        return SpeculativeReason.DRAFT_MODEL_LOAD_FAILED, str(exc).strip()
+    if st.pa_error is not None:
+        return SpeculativeReason.DRAFT_MODEL_INCOMPATIBLE, f"the draft cannot run paged: {st.pa_error}"
+    import openvino_genai as g
+
+    try:
+        main, draft = g.Tokenizer(opts.model_path), g.Tokenizer(cfg.draft_path)
+    except Exception as exc:
+        return SpeculativeReason.DRAFT_MODEL_INCOMPATIBLE, f"the draft's tokenizer cannot be loaded: {exc}"
+
+    def special(t) -> tuple:
+        return (t.get_bos_token_id(), t.get_eos_token_id(), t.get_pad_token_id())
+
+    diff = speculative.tokenizer_difference(main.get_vocab(), draft.get_vocab(), special(main), special(draft))
+    if diff:
+        return SpeculativeReason.DRAFT_MODEL_INCOMPATIBLE, f"the draft's tokenizer is not the model's: {diff}"
+    return None
 
 
 def _probe(opts: LoadOptions, layout: resolve.Layout) -> observe.Probe | None:

@@ -71,6 +71,29 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("ovserve_ready", "1 when the pipeline is loaded and serving", registry=r)
+        self.spec_steps = Counter(
+            "ovserve_speculative_steps",
+            "Decode steps of requests generated with speculative decoding",
+            registry=r,
+        )
+        self.spec_proposed = Counter(
+            "ovserve_speculative_draft_tokens",
+            "Tokens a draft model proposed (counted for a draft proposing a fixed number per step: "
+            "min(num_assistant_tokens, tokens left - 1); prompt lookup and a confidence threshold propose a varying "
+            "number openvino-genai does not expose)",
+            registry=r,
+        )
+        self.spec_accepted = Counter(
+            "ovserve_speculative_accepted_tokens",
+            "Proposed tokens the main model accepted (tokens beyond one per decode step)",
+            registry=r,
+        )
+        self.spec_rate = Gauge(
+            "ovserve_speculative_acceptance_rate",
+            "accepted / proposed draft tokens since start (draft with a fixed count); absent before any",
+            registry=r,
+        )
+        self._spec_seen = (0, 0, 0)
         self.info = Gauge(
             "ovserve_pipeline_info",
             "The pipeline that runs (value 1)",
@@ -132,6 +155,15 @@ class Metrics:
         self.task_info.labels(task).set(1)
         self._task_label = task
 
+    def _speculation(self, now: tuple[int, int, int]) -> None:
+        """The engine's cumulative counts as counter increments since the last scrape."""
+        seen, self._spec_seen = self._spec_seen, now
+        for counter, new, old in zip((self.spec_steps, self.spec_proposed, self.spec_accepted), now, seen, strict=True):
+            if new > old:
+                counter.inc(new - old)
+        if now[1]:
+            self.spec_rate.set(now[2] / now[1])
+
     def render(self) -> tuple[bytes, str]:
         e = self.engine
         if e is not None:
@@ -141,4 +173,7 @@ class Metrics:
             # None: no figure (the legacy pipeline, a CB engine that broke): nothing is using a KV cache
             usage = e.cache_usage()
             self.kv_cache.set(usage or 0.0)
+            counts = getattr(e, "speculation_counts", None)
+            if counts is not None:
+                self._speculation(counts())
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

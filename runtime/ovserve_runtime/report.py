@@ -51,6 +51,7 @@ class Reason(StrEnum):
     MODEL_NOT_FOUND = "ModelNotFound"
     MODEL_LOAD_FAILED = "ModelLoadFailed"
     DEVICE_UNAVAILABLE = "DeviceUnavailable"
+    SPECULATIVE_UNAVAILABLE = "SpeculativeDecodingUnavailable"  # required speculation cannot run: refused
     TASK_MISMATCH = "TaskMismatch"  # the task asked for is not what the model is (e.g. rerank on an LLM)
     TASK_NOT_SUPPORTED = "TaskNotSupported"  # the model is none of the tasks served (e.g. a 3-label classifier)
     TASK_PIPELINE = "TaskPipeline"  # embeddings / rerank: their own pipeline; pipelineType does not apply

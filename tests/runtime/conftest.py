@@ -58,6 +58,17 @@ def chat_models(tiny_models) -> Path:
     return tiny_models
 
 
+@pytest.fixture(scope="session")
+def draft_models(tiny_models) -> Path:
+    """tiny-llm-draft and tiny-llm-draft-othertok (hack/models/draft/build.sh) beside the tiny models."""
+    proc = subprocess.run(
+        ["bash", str(ROOT / "hack" / "models" / "draft" / "build.sh")], capture_output=True, text=True, timeout=1200
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"hack/models/draft/build.sh failed:\n{proc.stderr[-3000:]}", pytrace=False)
+    return tiny_models
+
+
 def wait_until(pred, timeout: float = 20.0, interval: float = 0.1) -> bool:
     """Poll pred() until it is truthy or `timeout` passes; its last answer."""
     deadline = time.monotonic() + timeout

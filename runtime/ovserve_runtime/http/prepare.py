@@ -156,6 +156,9 @@ def build(app, engine, staged: Staged, ids) -> tuple[Any, int]:
     cfg = engine.new_config()
     for name, value in generation_fields(body, max_tokens).items():
         setattr(cfg, name, value)
+    refused = engine.speculate(cfg, body.num_assistant_tokens)
+    if refused is not None:
+        raise ApiError(400, f"num_assistant_tokens: {refused}", param="num_assistant_tokens", code="unsupported")
     if staged.constraint is not None:
         import openvino_genai as g
 

@@ -240,6 +240,8 @@ class _Common(_Strict):
     n: int | None = Field(None, ge=1, le=1)
     ignore_eos: bool | None = None  # vendor
     min_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)  # vendor: no EOS before this many tokens
+    # vendor: tokens proposed per step while speculative decoding runs; refused by name where it does not
+    num_assistant_tokens: int | None = Field(None, ge=1, le=64)
     user: str | None = None  # accepted: no effect on the answer
     logit_bias: Annotated[dict[str, Any] | None, refuse_unless("logit_bias is not supported by this server", {})] = None
 

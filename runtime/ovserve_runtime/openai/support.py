@@ -90,6 +90,15 @@ FIELDS: tuple[Field, ...] = (
     ),
     _same("echo, best_of, suffix", "completions", R, "false / 1 / empty only"),
     _same("top_k, min_p, repetition_penalty, min_tokens, ignore_eos", "both", H, "vendor fields (vLLM's names)"),
+    Field(
+        "num_assistant_tokens",
+        "both",
+        H,
+        R,
+        R,
+        "vendor: tokens proposed per step while speculative decoding runs (a draft with a fixed count or prompt "
+        "lookup); refused where it does not run (docs: Speculative decoding)",
+    ),
     _same("any other field", "both", R, "400 unknown_parameter, as OpenAI answers"),
 )
 

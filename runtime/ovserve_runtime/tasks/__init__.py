@@ -79,7 +79,9 @@ def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Lo
         try:
             engine, pipeline, layout = load(opts)
         except LoadFailure as f:
-            raise TaskLoadFailure(f.report, task) from f
+            failure = TaskLoadFailure(f.report, task)
+            failure.speculative = f.speculative
+            raise failure from f
         return Loaded(engine, pipeline, layout.max_position, task)
 
     layout = pipeline_resolve.inspect_dir(opts.model_path)
