@@ -225,3 +225,12 @@ def test_the_parsers_are_decisions():
     assert (asked["reasoningParser"].value, asked["reasoningParser"].requested) == ("none", "none")
     off = assistant.decisions(assistant.resolve_parsers("AUTO", "AUTO", PLAIN_TEMPLATE))
     assert off["toolParser"].value == "none" and off["toolParser"].detail == "the chat template renders no tools"
+
+
+def test_parallel_calls_off_in_auto_keeps_the_first_call():
+    p = assistant.plan(HERMES, [WEATHER, NOW], "auto", False)
+    assert p.max_calls == 1 and assistant.plan(HERMES, [NOW], "auto", None).max_calls is None
+    two = CALL + "\n" + '<tool_call>{"name": "now", "arguments": {}}</tool_call>'
+    msg = assistant.message(p, two, new_id=ids())
+    assert [c["function"]["name"] for c in msg["tool_calls"]] == ["get_weather"]
+    assert msg["content"] == '<tool_call>{"name": "now", "arguments": {}}</tool_call>'

@@ -212,3 +212,27 @@ def test_detect_the_family_from_the_chat_template(template, parser):
 )
 def test_renders_tools(template, renders):
     assert tools.renders_tools(template) is renders
+
+
+# parallel_tool_calls false in "auto": the first call counts, the rest stays text as written
+ONE_CALL = [
+    ("hermes", f"{tc(W)}\n{tc(A)}", tc(A), [PARIS]),
+    (
+        "llama3_json",
+        '{"name": "now", "parameters": {}}; {"name": "add", "arguments": {"a": 1}}',
+        '{"name": "add", "arguments": {"a": 1}}',  # the separator between calls is not text
+        [("now", {})],
+    ),
+    ("llama3_pythonic", "[now(), add(a=1), now()]", "add(a=1), now()", [("now", {})]),
+    ("llama3_pythonic", "[now()]", None, [("now", {})]),
+]
+
+
+@pytest.mark.parametrize(("parser", "text", "content", "want"), ONE_CALL)
+def test_at_most_one_call_when_parallel_calls_are_off(parser, text, content, want):
+    _check(tools.parse(parser, text, NAMES, new_id=ids(), max_calls=1), content, want)
+    for pieces in _splits(text, random.Random(text)):
+        s = tools.stream(parser, NAMES, new_id=ids(), max_calls=1)
+        deltas = [d for p in pieces for d in s.feed(p)] + s.finish()
+        assert sum(d.tool_call is not None for d in deltas) == 1
+        assert ("".join(d.content or "" for d in deltas) or None) == content

@@ -106,6 +106,7 @@ class OutputPlan:
     reasoning: str | None = None
     in_reasoning: bool = False
     render_tools: bool = False  # the chat template gets the request's tools
+    max_calls: int | None = None  # parallel_tool_calls false: calls beyond the first stay text
 
     @property
     def passthrough(self) -> bool:
@@ -171,6 +172,7 @@ def plan(
     return OutputPlan(
         tool_parser=forced.parser if forced else parsers.tool,
         tool_names=names,
+        max_calls=1 if parallel_tool_calls is False else None,
         forced=forced,
         reasoning=rsn,
         render_tools=True,
@@ -185,7 +187,9 @@ class OutputStream:
         self.calls = 0
         self._rsn = ReasoningStream(in_reasoning=plan.in_reasoning) if plan.reasoning else None
         self._tools: ToolCallStream | None = (
-            tools.stream(plan.tool_parser, plan.tool_names, new_id=new_id) if plan.tool_parser else None
+            tools.stream(plan.tool_parser, plan.tool_names, new_id=new_id, max_calls=plan.max_calls)
+            if plan.tool_parser
+            else None
         )
 
     def feed(self, text: str) -> list[dict[str, Any]]:

@@ -68,7 +68,8 @@ FIELDS: tuple[Field, ...] = (
         "tools",
         "chat",
         H,
-        "rendered by the chat template, calls parsed by --tool-parser (400 when the template renders no tools)",
+        "rendered by the chat template, calls parsed by --tool-parser (400 when the template renders no tools); "
+        "function.strict: forced calls always fit the schema, auto calls are checked as JSON objects only",
     ),
     Field(
         "tool_choice",
@@ -78,7 +79,12 @@ FIELDS: tuple[Field, ...] = (
         "none, auto",
         "required / a named function: constrained decoding, finish_reason tool_calls (VLM: refused)",
     ),
-    _same("parallel_tool_calls", "chat", H, "false: at most one call; forced calls: 1 to 8"),
+    _same(
+        "parallel_tool_calls",
+        "chat",
+        H,
+        "false: at most one call (a further call the model writes stays text); forced calls: 1 to 8",
+    ),
     _same("functions, function_call", "chat", R, "the deprecated functions API: use tools"),
     _same("modalities", "chat", R, '["text"] only'),
     _same("audio, prediction, reasoning_effort, verbosity, web_search_options", "chat", R),

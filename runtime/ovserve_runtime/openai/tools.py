@@ -143,9 +143,16 @@ def _json_call(body: str, keys: tuple[str, ...], tool_names, new_id) -> ToolCall
 class ToolCallStream:
     """Fed the output's text deltas (`feed`), then `finish` once; each returns the Deltas ready to send."""
 
-    def __init__(self, tool_names: Collection[str] | None = None, *, new_id: Callable[[], str] = new_call_id) -> None:
+    def __init__(
+        self,
+        tool_names: Collection[str] | None = None,
+        *,
+        new_id: Callable[[], str] = new_call_id,
+        max_calls: int | None = None,
+    ) -> None:
         self._names = frozenset(tool_names) if tool_names is not None else None
         self._new_id = new_id
+        self._max = max_calls  # parallel_tool_calls false: 1; calls beyond it stay text
         self._buf = ""
         self._text = TrimmedText()
         self._calls = 0
@@ -155,6 +162,9 @@ class ToolCallStream:
     def _content(self, text: str) -> None:
         if text := self._text.add(text):
             self._out.append(Delta(content=text))
+
+    def _full(self) -> bool:
+        return self._max is not None and self._calls >= self._max
 
     def _emit(self, call: ToolCall) -> None:
         self._text.cut()
@@ -219,8 +229,8 @@ class HermesStream(ToolCallStream):
             whole = self._buf[: end + len(self.CLOSE)] if end >= 0 else self._buf
             self._buf = self._buf[len(whole) :]
             self._inside = False
-            if call is None:
-                self._content(whole)  # not a valid call: it stays text, as written
+            if call is None or self._full():
+                self._content(whole)  # not a valid call (or one too many): it stays text, as written
             else:
                 self._emit(call)
 
@@ -272,7 +282,7 @@ class Llama3JsonStream(ToolCallStream):
             call = None
             if isinstance(obj, dict):
                 call = _json_call(rest[:end], ("parameters", "arguments"), self._names, self._new_id)
-            if call is None:
+            if call is None or self._full():
                 self._buf, self._mode = rest, "content"
                 continue
             self._emit(call)
@@ -310,11 +320,15 @@ class Llama3PythonicStream(ToolCallStream):
             self._mode = "content"
             self._step(final)
             return
-        for call in calls:
+        keep = calls if self._max is None else calls[: self._max]
+        for call, _ in keep:
             self._emit(call)
+        if rest := ", ".join(source for _, source in calls[len(keep) :]):
+            self._content(rest)  # calls beyond parallel_tool_calls false: text, as written
         self._buf = ""
 
-    def _parse(self, text: str) -> list[ToolCall] | None:
+    def _parse(self, text: str) -> list[tuple[ToolCall, str]] | None:
+        """The calls of a pythonic list, each with its source text; None when it is not one."""
         text = text.strip()
         if text.startswith(self.START):
             text = text[len(self.START) :].removesuffix(self.END).strip()
@@ -342,7 +356,7 @@ class Llama3PythonicStream(ToolCallStream):
                 return None
             if call is None:
                 return None
-            calls.append(call)
+            calls.append((call, ast.get_source_segment(text, node) or ""))
         return calls
 
 
@@ -369,17 +383,26 @@ STREAMS: dict[str, type[ToolCallStream]] = {
 
 
 def stream(
-    parser: str, tool_names: Collection[str] | None = None, *, new_id: Callable[[], str] = new_call_id
+    parser: str,
+    tool_names: Collection[str] | None = None,
+    *,
+    new_id: Callable[[], str] = new_call_id,
+    max_calls: int | None = None,
 ) -> ToolCallStream:
-    """A streamed parser of this family for one output."""
-    return STREAMS[parser](tool_names, new_id=new_id)
+    """A streamed parser of this family for one output (`max_calls`: calls beyond it stay text)."""
+    return STREAMS[parser](tool_names, new_id=new_id, max_calls=max_calls)
 
 
 def parse(
-    parser: str, text: str, tool_names: Collection[str] | None = None, *, new_id: Callable[[], str] = new_call_id
+    parser: str,
+    text: str,
+    tool_names: Collection[str] | None = None,
+    *,
+    new_id: Callable[[], str] = new_call_id,
+    max_calls: int | None = None,
 ) -> Parsed:
     """Content and tool calls of a whole output (the same as streaming it in any pieces)."""
-    s = stream(parser, tool_names, new_id=new_id)
+    s = stream(parser, tool_names, new_id=new_id, max_calls=max_calls)
     deltas = s.feed(text) + s.finish()
     content = "".join(d.content or "" for d in deltas if d.tool_call is None)
     calls = [d.tool_call for d in deltas if d.tool_call is not None]
