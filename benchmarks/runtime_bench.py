@@ -282,16 +282,47 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class Runtime(BaseModel):
+    """Which ovserve-runtime a server runs (`--runtime LABEL=SOURCE`): `source` is a directory holding the
+    package ovserve_runtime/ (run with this Python, the directory first on PYTHONPATH), an executable (run
+    as is, e.g. the device bundle's ./ovserve-runtime), or "" for the ovserve_runtime this Python imports."""
+
+    label: str = "http"
+    source: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> Runtime:
+        label, sep, source = spec.partition("=")
+        if not sep or not label or not source:
+            raise SystemExit(f"--runtime {spec!r}: expected LABEL=SOURCE (a source directory or an executable)")
+        path = Path(source)
+        if not (path / "ovserve_runtime").is_dir() and not (path.is_file() and os.access(path, os.X_OK)):
+            raise SystemExit(f"--runtime {spec!r}: {source} holds no ovserve_runtime/ and is no executable")
+        return cls(label=label, source=source)
+
+    def argv_env(self) -> tuple[list[str], dict[str, str] | None]:
+        if not self.source:
+            return [sys.executable, "-m", "ovserve_runtime"], None
+        path = Path(self.source).resolve()
+        if path.is_dir():
+            pp = os.pathsep.join(x for x in (str(path), os.environ.get("PYTHONPATH", "")) if x)
+            return [sys.executable, "-m", "ovserve_runtime"], {**os.environ, "PYTHONPATH": pp}
+        return [str(path)], None
+
+
 class Server:
-    def __init__(self, model: str, ptype: str, threads: int, extra: list[str] | None = None) -> None:
+    def __init__(
+        self, model: str, ptype: str, threads: int, extra: list[str] | None = None, runtime: Runtime | None = None
+    ) -> None:
         port = _free_port()
-        cmd = [sys.executable, "-m", "ovserve_runtime", "--model-path", model, "--pipeline-type", ptype]
+        argv, env = (runtime or Runtime()).argv_env()
+        cmd = [*argv, "--model-path", model, "--pipeline-type", ptype]
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--inference-threads", str(threads)]
         cmd += ["--cache-size-gb", str(SCHED["cache_size"]), "--max-num-seqs", str(SCHED["max_num_seqs"])]
         cmd += ["--max-num-batched-tokens", str(SCHED["max_num_batched_tokens"]), "--dynamic-split-fuse"]
         cmd += ["--served-name", "bench", "--termination-log", os.devnull, "--log-level", "WARNING"]
         cmd += extra or []
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.time() + 600
         while time.time() < deadline:
@@ -342,6 +373,9 @@ TEXT_KEY, EMPTY_TEXT, USAGE_KEY = b'"text": "', b'"text": ""', b'"usage": {'
 USAGE_TAIL = 1024  # the usage event and [DONE] end the stream: the last bytes hold them
 
 
+POLICY_REFUSED: list[int] = []  # the policies the kernel refused (the JSON output says so)
+
+
 @contextlib.contextmanager
 def sched_policy(policy: int | None):
     """This thread's scheduling policy for a while (None: unchanged); SCHED_BATCH <-> SCHED_OTHER needs no
@@ -350,7 +384,14 @@ def sched_policy(policy: int | None):
         yield
         return
     before = os.sched_getscheduler(0)
-    os.sched_setscheduler(0, policy, os.sched_param(0))
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError as e:  # a sandbox may allow SCHED_OTHER only: the run goes on at normal priority
+        if not POLICY_REFUSED:
+            print(f"WARNING client policy {policy} refused ({e}): the client runs SCHED_OTHER", file=sys.stderr)
+        POLICY_REFUSED.append(policy)
+        yield
+        return
     try:
         yield
     finally:
@@ -462,6 +503,75 @@ def summarize(runs: list[Run]) -> dict:
     }
 
 
+def pair_summary(ps: list[tuple[Run, Run]]) -> dict:
+    """Medians of paired (raw, HTTP) runs at one stream count; the spread of the ratio is the noise."""
+    ratios = [h.tok_s / r.tok_s for r, h in ps]
+    ttft_ratios = [st.mean(h.ttfts) / st.mean(r.ttfts) for r, h in ps]
+    return {
+        "raw": summarize([r for r, _ in ps]),
+        "http": summarize([h for _, h in ps]),
+        "ratio_median": st.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "ttft_ratio_median": st.median(ttft_ratios),
+    }
+
+
+def bench_runtimes(model: str, a) -> dict:
+    """`--runtime` given: each runtime's LM_CB server runs beside the others (idle while another is
+    measured), and each raw run is paired with one HTTP run of every runtime, their order rotated per rep,
+    so that runtimes (e.g. a revision before a redesign and after it) are compared on the same machine at
+    the same time. Each runtime's entry has the shape of the default mode's `cb`; `cb` is the first one's."""
+    ns = [int(x) for x in a.streams.split(",") if x]
+    out: dict = {"model": model, "cb": {}, "legacy": {}, "runtimes": {}}
+    print(
+        f"== {model}: loading raw CB and the LM_CB servers of {', '.join(r.label for r in a.runtime)}", file=sys.stderr
+    )
+    raw = RawCB(model, a.threads)
+    servers: dict[str, Server] = {}
+    try:
+        for rt in a.runtime:
+            entry = out["runtimes"][rt.label] = {"source": rt.source, "cb": {}}
+            try:
+                servers[rt.label] = Server(model, "LM_CB", a.threads, a.server_args.split(), rt)
+            except SystemExit as e:  # one runtime that cannot start leaves the others measured
+                entry["error"] = str(e)[-2000:]
+                print(f"  runtime {rt.label}: {entry['error']}", file=sys.stderr)
+
+        async def paired() -> None:
+            async with contextlib.AsyncExitStack() as stack:
+                clients = {
+                    k: await stack.enter_async_context(HttpClient(s.url, a.client, client_policy(a)))
+                    for k, s in servers.items()
+                }
+                for c in clients.values():
+                    await c.run(1, 4)  # warmup
+                pairs = {k: {n: [] for n in ns} for k in clients}
+                labels = list(clients)
+                for rep in range(a.reps):
+                    order = labels[rep % len(labels) :] + labels[: rep % len(labels)] if labels else []
+                    for n in ns:
+                        r = raw.run(n, a.max_tokens)
+                        said = []
+                        for k in order:
+                            h = await clients[k].run(n, a.max_tokens, servers[k])
+                            pairs[k][n].append((r, h))
+                            said.append(f"{k} {h.tok_s:.0f} ({h.tok_s / r.tok_s:.2f})")
+                        print(f"  rep {rep} N={n}: raw {r.tok_s:.0f} tok/s, " + ", ".join(said), file=sys.stderr)
+                for k, by_n in pairs.items():
+                    out["runtimes"][k]["cb"] = {n: pair_summary(ps) for n, ps in by_n.items()}
+
+        asyncio.run(paired())
+        for k, s in servers.items():
+            out["runtimes"][k]["rss_mb"], out["runtimes"][k]["hwm_mb"] = s.rss_mb()
+    finally:
+        for s in servers.values():
+            s.stop()
+    first = next(iter(out["runtimes"].values()))
+    out["cb"], out["rss_mb"], out["hwm_mb"] = first["cb"], first.get("rss_mb", 0.0), first.get("hwm_mb", 0.0)
+    return out
+
+
 def bench_model(model: str, a) -> dict:
     ns = [int(x) for x in a.streams.split(",") if x]
     lns = [int(x) for x in a.legacy_streams.split(",") if x]
@@ -486,16 +596,7 @@ def bench_model(model: str, a) -> dict:
                             file=sys.stderr,
                         )
                 for n, ps in pairs.items():
-                    ratios = [h.tok_s / r.tok_s for r, h in ps]
-                    ttft_ratios = [st.mean(h.ttfts) / st.mean(r.ttfts) for r, h in ps]
-                    out["cb"][n] = {
-                        "raw": summarize([r for r, _ in ps]),
-                        "http": summarize([h for _, h in ps]),
-                        "ratio_median": st.median(ratios),
-                        "ratio_min": min(ratios),
-                        "ratio_max": max(ratios),
-                        "ttft_ratio_median": st.median(ttft_ratios),
-                    }
+                    out["cb"][n] = pair_summary(ps)
 
         asyncio.run(paired())
         out["rss_mb"], out["hwm_mb"] = srv.rss_mb()
@@ -528,8 +629,19 @@ def bench_model(model: str, a) -> dict:
 
 
 def print_tables(res: dict, max_tokens: int) -> None:
+    if res.get("runtimes"):
+        for label, sub in res["runtimes"].items():
+            if "error" in sub:
+                print(f"\n### {Path(res['model']).name}, runtime {label}: did not start: {sub['error'][-300:]}")
+            elif sub["cb"]:
+                _print_cb_tables({"model": res["model"], **sub, "legacy": {}}, max_tokens, f" ({label})")
+        return
+    _print_cb_tables(res, max_tokens)
+
+
+def _print_cb_tables(res: dict, max_tokens: int, label: str = "") -> None:
     name = Path(res["model"]).name
-    print(f"\n### {name}: raw ContinuousBatchingPipeline vs ovserve HTTP (medians of paired runs)")
+    print(f"\n### {name}: raw ContinuousBatchingPipeline vs ovserve HTTP{label} (medians of paired runs)")
     print(f"runtime RSS {res['rss_mb']:.0f} MB (peak {res['hwm_mb']:.0f} MB)\n")
     print(
         "| streams | raw tok/s | HTTP tok/s | HTTP/raw (min-max) | mean TTFT raw -> HTTP ms (ratio) "
@@ -649,6 +761,16 @@ def main() -> None:
     )
     ap.add_argument("--server-args", default="", help="extra ovserve-runtime flags, e.g. --no-engine-process")
     ap.add_argument("--json", action="store_true", help="also print one RESULT json line per model")
+    ap.add_argument("--json-out", default="", help="also write every model's results and the settings to this file")
+    ap.add_argument(
+        "--runtime",
+        action="append",
+        type=Runtime.parse,
+        default=[],
+        metavar="LABEL=SOURCE",
+        help="compare runtimes (repeat it): SOURCE is a directory holding ovserve_runtime/ (e.g. one revision's "
+        "runtime/) or an executable; every raw run is paired with one HTTP run of each (no legacy, no aiperf)",
+    )
     ap.add_argument(
         "--aiperf",
         action="store_true",
@@ -664,7 +786,18 @@ def main() -> None:
         embeddings_bench.run(a, models)
         return
     a.models = a.models or "tiny-llm,tiny-bench,bench-qwen"
+    if a.runtime and (a.aiperf or a.legacy_streams):
+        print("--runtime: the legacy and aiperf comparisons are skipped", file=sys.stderr)
+        a.aiperf, a.legacy_streams = False, ""
     a.aiperf_exe = find_aiperf() if a.aiperf else None
+    meta = {
+        "argv": sys.argv[1:],
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "load_average_start": os.getloadavg()[0],
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    results: list[dict] = []
     print(
         f"max_tokens {a.max_tokens}, {a.reps} paired reps, threads {a.threads}, client {a.client} "
         f"({a.client_policy} policy), "
@@ -676,11 +809,17 @@ def main() -> None:
         if not (path / "openvino_model.xml").is_file():
             print(f"skipping {m}: no model at {path}", file=sys.stderr)
             continue
-        res = bench_model(str(path), a)
+        res = bench_runtimes(str(path), a) if a.runtime else bench_model(str(path), a)
         print_tables(res, a.max_tokens)
         if a.json:
             print("RESULT " + json.dumps(res, default=lambda o: o.model_dump()))
         sys.stdout.flush()
+        results.append(res)
+        if a.json_out:  # after each model: a run cut short keeps what it measured
+            meta["client_policy_refused"] = bool(POLICY_REFUSED)
+            meta["load_average_end"] = os.getloadavg()[0]
+            doc = {"meta": meta, "models": results}
+            Path(a.json_out).write_text(json.dumps(doc, indent=1, default=lambda o: o.model_dump()))
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}", file=sys.stderr)
 
 

@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# Opt-in benchmark model, never built by `make models` or the tests:
-#   hack/models/bench-qwen.sh      -> ${OVSERVE_MODELS:-/var/cache/ovserve/models}/bench-qwen
-# Qwen2.5-0.5B shape (896 hidden, 24 layers, 14/2 heads, 4864 inter, 151936 vocab), random weights, a
-# locally trained ~151k BPE tokenizer, int8 weights (~0.5 GB IR). No model hub. Needs the exporter venv
-# that build.sh creates (run `hack/models/build.sh` once first); peak memory ~6 GB, a few minutes.
-# Kept apart from build.sh so that it does not change the stamps of the default test models.
+# Opt-in benchmark models, never built by `make models` or the tests:
+#   hack/models/bench-qwen.sh [bench-qwen]   -> ${OVSERVE_MODELS:-/var/cache/ovserve/models}/bench-qwen
+#       Qwen2.5-0.5B shape (896 hidden, 24 layers, 14/2 heads, 4864 inter, 151936 vocab), int8 IR ~0.5 GB;
+#       peak memory ~6 GB, a few minutes.
+#   hack/models/bench-qwen.sh bench-qwen-small   -> .../bench-qwen-small
+#       the same architecture at ~25M parameters (512 hidden, 8 layers, 8/2 heads, 1280 inter, 8192 vocab),
+#       int8 IR ~26 MB: small enough for the device bundle (hack/bench/device.sh), about a minute.
+# Random weights, a locally trained BPE tokenizer, int8 weights. No model hub. Needs the exporter venv that
+# build.sh creates (run `hack/models/build.sh` once first). Kept apart from build.sh so that it does not
+# change the stamps of the default test models; each variant has its own stamp.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 . "$root/hack/versions.env"
 MODELS=${OVSERVE_MODELS:-/var/cache/ovserve/models}
 VENV=${OVSERVE_EXPORT_VENV:-$OVSERVE_CACHE/venv-export}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-name=bench-qwen
-key=$(cat "$here/bench-qwen.sh" "$here"/bench/*.py "$here/requirements-export.txt" | sha256sum | cut -c1-16)
+name=${1:-bench-qwen}
+case $name in
+  bench-qwen) shape=() ;;
+  bench-qwen-small) shape=(--hidden 512 --inter 1280 --layers 8 --heads 8 --kv 2 --vocab 8192) ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+  *) echo "unknown benchmark model: $name (bench-qwen, bench-qwen-small)" >&2; exit 2 ;;
+esac
+key=$( { echo "$name ${shape[*]}"; cat "$here/bench-qwen.sh" "$here"/bench/*.py "$here/requirements-export.txt"; } \
+  | sha256sum | cut -c1-16)
 if [ "$(cat "$MODELS/$name/.ovserve-stamp" 2>/dev/null)" = "$key" ]; then
   echo "up to date: $MODELS/$name" >&2; exit 0
 fi
@@ -20,7 +31,7 @@ fi
 mkdir -p "$MODELS"
 exec 9>"$MODELS/.build.lock"; flock 9
 work=$(mktemp -d "$MODELS/.build.XXXXXX"); trap 'rm -rf "$work"' EXIT
-"$VENV/bin/python" "$here/bench/make_qwen_shape.py" "$work/hf" >&2
+"$VENV/bin/python" "$here/bench/make_qwen_shape.py" "$work/hf" "${shape[@]}" >&2
 "$VENV/bin/python" "$here/bench/export_int8.py" "$work/hf" "$work/$name" >"$work/export.log" 2>&1 \
   || { tail -n 60 "$work/export.log" >&2; exit 1; }
 echo "$key" > "$work/$name/.ovserve-stamp"

@@ -1,10 +1,12 @@
-"""Create a Qwen2.5-0.5B-shaped checkpoint with random weights and a real-size (~151k) BPE vocabulary.
+"""Create a Qwen2-shaped checkpoint with random weights and a locally trained byte-level BPE vocabulary.
 
-Benchmark-only (never used by tests): hidden 896, 24 layers, 14 heads / 2 KV heads, intermediate 4864,
-tied embeddings, vocab 151936, like Qwen2.5-0.5B-Instruct; the tokenizer is a byte-level BPE trained
-here on a synthetic corpus (no model hub), so detokenization costs what a real vocabulary costs.
+Benchmark-only (never used by tests). The defaults are Qwen2.5-0.5B-Instruct's shape: hidden 896, 24 layers,
+14 heads / 2 KV heads, intermediate 4864, tied embeddings, vocab 151936; the flags make smaller models of the
+same architecture (bench-qwen.sh's variants). The tokenizer is a byte-level BPE trained here on a synthetic
+corpus (no model hub), so detokenization costs what a vocabulary of that size costs.
 
-usage: python make_qwen_shape.py OUT_DIR [--vocab 151936] [--layers 24]
+usage: python make_qwen_shape.py OUT_DIR [--vocab 151936] [--layers 24] [--hidden 896] [--inter 4864]
+         [--heads 14] [--kv 2]
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--hidden", type=int, default=896)
+    ap.add_argument("--inter", type=int, default=4864)
+    ap.add_argument("--heads", type=int, default=14)
+    ap.add_argument("--kv", type=int, default=2)
     a = ap.parse_args()
     t0 = time.time()
     torch.manual_seed(0)
@@ -71,11 +77,11 @@ def main() -> None:
     pad = tok.convert_tokens_to_ids("<|endoftext|>")
     cfg = Qwen2Config(
         vocab_size=a.vocab,
-        hidden_size=896,
-        intermediate_size=4864,
+        hidden_size=a.hidden,
+        intermediate_size=a.inter,
         num_hidden_layers=a.layers,
-        num_attention_heads=14,
-        num_key_value_heads=2,
+        num_attention_heads=a.heads,
+        num_key_value_heads=a.kv,
         max_position_embeddings=32768,
         rope_theta=1000000.0,
         tie_word_embeddings=True,
@@ -91,7 +97,7 @@ def main() -> None:
     tok.save_pretrained(a.out)
     GenerationConfig(eos_token_id=eos, pad_token_id=pad).save_pretrained(a.out)
     n = sum(p.numel() for p in model.parameters())
-    print(f"qwen-shape: params={n} layers={a.layers} -> {a.out}")
+    print(f"qwen-shape: params={n} hidden={a.hidden} layers={a.layers} vocab={a.vocab} -> {a.out}")
     print(f"  built in {time.time() - t0:.1f}s")
 
 
