@@ -36,11 +36,18 @@ Embeddings (`--mode embeddings`, benchmarks/embeddings_bench.py): /v3/embeddings
 TextEmbeddingPipeline in documents per second at --streams concurrent clients (default models tiny-embed-bench,
 tiny-embed: `hack/models/encoders/build.sh bench`).
 
+Runtimes side by side (`--runtime LABEL=SOURCE`, repeated): each runtime's LM_CB server is started (a source
+directory holding ovserve_runtime/, or an executable), and every raw run is paired with one HTTP run of each,
+their order rotated per rep, so that e.g. a revision before a redesign and after it are measured on the same
+machine at the same time; `--json-out FILE` writes every figure. hack/bench/device.sh packs this for the
+16-core device machine (docs/benchmarks.md).
+
 usage: .venv/bin/python benchmarks/runtime_bench.py [--models tiny-llm,tiny-bench,bench-qwen]
          [--streams 1,16,64] [--legacy-streams 16,64 | --legacy-streams ''] [--max-tokens 64] [--reps 3]
-         [--aiperf [--aiperf-requests 4]]
+         [--aiperf [--aiperf-requests 4]] [--runtime old=DIR --runtime new=DIR] [--json-out FILE]
        models are names under $OVSERVE_MODELS (/var/cache/ovserve/models) or paths; missing ones are skipped
-       (tiny-bench: `hack/models/build.sh bench`, bench-qwen: `hack/models/bench-qwen.sh`).
+       (tiny-bench: `hack/models/build.sh bench`, bench-qwen: `hack/models/bench-qwen.sh`, bench-qwen-small:
+       `hack/models/bench-qwen.sh bench-qwen-small`).
 """
 
 from __future__ import annotations

@@ -74,12 +74,14 @@ here=\$(cd "\$(dirname "\$0")" && pwd); cd "\$here"
 OUT=\${OUT:-\$here/out}; mkdir -p "\$OUT"
 PY=\${OVSERVE_BENCH_PYTHON:-python3}
 site=\${OVSERVE_BENCH_SITE:-/tmp/site}
-exec > >(tee -a "\$OUT/log") 2>&1
 cp manifest.json "\$OUT/"
+main() {
 { date -u; nproc; grep -m1 'model name' /proc/cpuinfo; grep -m1 -o 'amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '
-  echo; free -g | head -2; "\$PY" --version; } > "\$OUT/env.txt" 2>&1
+  echo; free -g | head -2; "\$PY" --version
+  "\$PY" -c 'import os; os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)); print("SCHED_BATCH allowed")' \
+    || echo "SCHED_BATCH refused: the runtime's HTTP threads stay SCHED_OTHER"; } > "\$OUT/env.txt" 2>&1
 if [ "\$site" != none ]; then
-  mkdir -p "\$site" && tar xJf ov312.tar.xz -C "\$site" || { echo "unpacking the wheels failed"; exit 1; }
+  mkdir -p "\$site" && tar xJf ov312.tar.xz -C "\$site" || { echo "unpacking the wheels failed"; return 1; }
   export PYTHONPATH=\$site:\$here/src
 else
   export PYTHONPATH=\$here/src
@@ -91,12 +93,16 @@ done
 t0=\$(date +%s)
 timeout -k 10 \${OVSERVE_BENCH_LIMIT:-$limit} env PYTHONUNBUFFERED=1 "\$PY" runtime_bench.py --models $names \\
   --streams \${OVSERVE_BENCH_STREAMS:-$streams} --reps \${OVSERVE_BENCH_REPS:-$reps} --threads \${OVSERVE_BENCH_THREADS:-$threads} \\
-  --max-tokens \${OVSERVE_BENCH_TOKENS:-$tokens} --runtime old=src-old --runtime new=src \\
+  --max-tokens \${OVSERVE_BENCH_TOKENS:-$tokens} --client-policy \${OVSERVE_BENCH_CLIENT_POLICY:-other} \\
+  --runtime old=src-old --runtime new=src \\
   --json-out "\$OUT/results.json" > "\$OUT/tables.md"
 rc=\$?
 echo "runtime_bench exit \$rc after \$((\$(date +%s) - t0)) s"
-[ -f "\$OUT/results.json" ] && "\$PY" device_table.py "\$OUT/results.json" > "\$OUT/summary.md"
-exit \$rc
+[ -f "\$OUT/results.json" ] && "\$PY" device_table.py "\$OUT/results.json" > "\$OUT/summary.md" && cat "\$OUT/summary.md"
+return \$rc
+}
+main 2>&1 | tee "\$OUT/log"
+exit \${PIPESTATUS[0]}
 EOF
 chmod +x "$dest/run.sh"
 size=$(du -sb "$dest" | cut -f1)

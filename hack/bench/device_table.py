@@ -66,7 +66,7 @@ def table(doc: dict, title: str) -> list[str]:
                 c = d["http"]["cpu_us_per_token"]
                 cpu += [f"{c.get('http', 0):.0f} / {c.get('engine', 0):.0f} / {c.get('client', 0):.0f}"]
                 if d["ratio_median"] < target(name):
-                    misses.append(f"{k} {name} {n}: HTTP/raw {d['ratio_median']:.2f} < {target(name)}")
+                    misses.append(f"{k} {name} {n}: HTTP/raw {d['ratio_median']:.3f} < {target(name)}")
                 if n <= 64 and d["ttft_ratio_median"] > 1.25:
                     misses.append(f"{k} {name} {n}: TTFT {d['ttft_ratio_median']:.2f}x > 1.25x")
             lines.append("| " + " | ".join(row) + " |")
