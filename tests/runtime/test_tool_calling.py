@@ -223,6 +223,19 @@ def test_a_model_whose_template_renders_no_tools_refuses_them(cb_server):
     with pytest.raises(openai.BadRequestError) as exc:
         c.chat.completions.create(model="tiny-llm", messages=ASK, tools=TOOLS, max_tokens=4)
     assert exc.value.body["param"] == "tools" and "does not render tools" in exc.value.body["message"]
+    # nor tool turns: they would be dropped by a template that does not know them
+    turn = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "now", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "noon"},
+    ]
+    with pytest.raises(openai.BadRequestError) as exc:
+        c.chat.completions.create(model="tiny-llm", messages=turn, max_tokens=4)
+    assert exc.value.body["param"] == "messages[1]"
     # tool_choice none asks nothing of the template
     r = c.chat.completions.create(model="tiny-llm", messages=ASK, tools=TOOLS, tool_choice="none", max_tokens=2)
     assert r.choices[0].message.tool_calls is None

@@ -372,3 +372,36 @@ def test_forced_calls_need_constrained_decoding_and_no_other_constraint(fields, 
     with pytest.raises(ApiError) as ei:
         support.check(body, pipeline)
     assert (ei.value.status, ei.value.param) == (400, param)
+
+
+def test_tool_turns_reach_the_template_input_and_a_failing_template_is_a_400():
+    from ovserve_runtime.openai import prompt
+
+    body = parse(
+        chat(
+            messages=[
+                *MSG,
+                {"role": "assistant", "content": None, "tool_calls": [CALL], "reasoning_content": "hm"},
+                {"role": "tool", "content": [{"type": "text", "text": "r"}], "tool_call_id": "call_1"},
+            ]
+        ),
+        True,
+    )
+    flat, _ = prompt.template_messages(body.messages, False, 0, lambda url, param: None)
+    assert flat[1] == {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "hm",
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}],
+    }
+    assert flat[2] == {"role": "tool", "content": "r", "tool_call_id": "call_1"}
+    assert prompt.tool_turn(body.messages) == 1 and prompt.tool_turn(parse(chat(), True).messages) is None
+
+    def broken(messages, add_generation_prompt, tools=None):
+        raise RuntimeError("Jinja: unknown filter\nitems")
+
+    assert prompt.render(broken, flat[:1]) == "user: hi\nassistant:"  # no template, no tools: a transcript
+    for kw in ({"tools": [TOOL]}, {"with_tools": True}):
+        with pytest.raises(ApiError) as ei:
+            prompt.render(broken, flat, **kw)
+        assert (ei.value.status, ei.value.param) == (400, "messages") and "items" in ei.value.message
