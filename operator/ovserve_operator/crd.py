@@ -57,7 +57,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "name": "Phase",
         "type": "string",
         "jsonPath": ".status.phase",
-        "description": "Pending, Loading, Ready or Failed.",
+        "description": "Pending, Loading, Ready, Degraded or Failed.",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {

@@ -114,7 +114,7 @@ def _pod_snapshot(body: kopf.Body) -> dict[str, Any]:
             "spec": {
                 "initContainers": [{"name": c.get("name")} for c in spec.get("initContainers") or []],
                 "containers": [
-                    {k: c[k] for k in ("name", "image", "command", "args", "env") if k in c}
+                    {k: c[k] for k in ("name", "image", "command", "args", "env", "resources") if k in c}
                     for c in spec.get("containers") or []
                 ],
             },

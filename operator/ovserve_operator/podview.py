@@ -99,14 +99,32 @@ def is_running(pod: Pod) -> bool:
 
 
 def termination_report(pod: Pod) -> RuntimeReport | None:
-    """The runtime report in the runtime container's current or last termination message, if any."""
+    """The runtime report in the runtime container's current or last termination message, if any. The last
+    one is trusted only while the container is not running: a restarted runtime that runs again speaks for
+    itself (/v1/status), and its previous failure must not make it Failed again when it is briefly unready."""
     cs = container_status(pod)
+    if "running" in (cs.get("state") or {}):
+        return None
     for key in ("state", "lastState"):
         terminated = (cs.get(key) or {}).get("terminated") or {}
         report = RuntimeReport.from_text(terminated.get("message") or "")
         if report is not None:
             return report
     return None
+
+
+def oom_killed(pod: Pod) -> str | None:
+    """The runtime container's memory limit ("none" without one) when the kernel killed it for memory: now,
+    or last time while it is not running again (a container that runs again is not latched)."""
+    cs = container_status(pod)
+    state = cs.get("state") or {}
+    term = state.get("terminated") or ({} if "running" in state else (cs.get("lastState") or {}).get("terminated"))
+    if not term or term.get("reason") != "OOMKilled":
+        return None
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        if c.get("name") == CONTAINER_NAME:
+            return str(((c.get("resources") or {}).get("limits") or {}).get("memory") or "none")
+    return "unknown"
 
 
 def is_creating(pod: Pod) -> bool:

@@ -20,7 +20,7 @@ from .spec import Phase
 
 # Ready=False reasons are sorted into phases; the others (Ready=True, PipelineResolved, Fallback, Events)
 # carry phase None.
-PENDING, LOADING, FAILED = Phase.PENDING, Phase.LOADING, Phase.FAILED
+PENDING, LOADING, DEGRADED, FAILED = Phase.PENDING, Phase.LOADING, Phase.DEGRADED, Phase.FAILED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +148,26 @@ PIPELINE_TYPE_MISMATCH = _r(
 )
 MODEL_LOAD_FAILED = _r(
     RuntimeReason.MODEL_LOAD_FAILED.value, "Ready, PipelineResolved", FAILED, "the runtime could not load the model"
+)
+ENGINE_FAILED = _r(
+    RuntimeReason.ENGINE_FAILED.value,
+    "Ready, PipelineResolved",
+    FAILED,
+    "the pipeline failed while serving (the model had loaded): the engine's error; the container restarts",
+)
+OOM_KILLED = _r(
+    "OOMKilled",
+    "Ready",
+    FAILED,
+    "the kernel killed the runtime for memory (now, or last time while it is not running again): the memory "
+    "limit is named",
+)
+DEGRADED_REASON = _r(
+    "Degraded",
+    "Ready",
+    DEGRADED,
+    "some pods of the current spec serve, others fail (crash loop, OOMKilled, a failed report): counts and the "
+    "first failure",
 )
 DEVICE_UNAVAILABLE = _r(
     RuntimeReason.DEVICE_UNAVAILABLE.value, "Ready, PipelineResolved", FAILED, "OpenVINO sees no such device in the pod"

@@ -49,6 +49,7 @@ class PodFacts:
     waiting: tuple[str, str] | None = None  # runtime container (reason, kubelet message)
     init: InitState = dataclasses.field(default_factory=lambda: InitState(InitPhase.NONE))
     mount_failure: str | None = None  # kubelet FailedMount Event message
+    oom_limit: str | None = None  # the memory limit, when the runtime was OOM-killed (podview.oom_killed)
 
     @property
     def ready(self) -> bool:
@@ -197,6 +198,44 @@ def scaled_to_zero(f: Facts) -> Finding | None:
     return (R.SCALED_TO_ZERO, "spec.replicas is 0") if f.desired == 0 else None
 
 
+def failure_of(f: Facts, p: PodFacts) -> Finding | None:
+    """Why one pod of the current spec fails (not ready), if it does: OOM kill, a failed report, a kubelet
+    reason that waiting will not resolve."""
+    if p.ready:
+        return None
+    if p.oom_limit is not None:
+        return R.OOM_KILLED, (
+            f"{p.name}: the runtime was killed for memory (OOMKilled; memory limit {p.oom_limit}): raise "
+            "spec.resources.limits.memory or lower spec.scheduler.cacheSizeGB"
+        )
+    if p.failed and p.report is not None:
+        reason = p.report.pipeline.reason.value
+        return (R.RUNTIME_FAILED if reason in _NOT_A_FAILURE else reason), (
+            f"{p.name}: {p.report.pipeline.message or 'the runtime reported failure'}"
+        )
+    if p.waiting and p.waiting[0] in BROKEN_WAITING:
+        return p.waiting[0], f"{p.name}: {p.waiting[1]}".rstrip(": ")
+    return None
+
+
+def degraded(f: Facts) -> Finding | None:
+    """Some current pods serve while others fail: Degraded (traffic flows, with fewer replicas), not Failed."""
+    if not f.ready_replicas:
+        return None
+    failing = [(p, found) for p in sorted(f.current, key=lambda p: p.name) if (found := failure_of(f, p))]
+    if not failing:
+        return None
+    reason, message = failing[0][1]
+    return R.DEGRADED_REASON, (
+        f"{f.ready_replicas}/{f.desired} replicas ready; {len(failing)} failing, first: {reason}: {message}"
+    )
+
+
+def oom_killed(f: Facts) -> Finding | None:
+    p = _one([p for p in f.current if p.oom_limit is not None and not p.ready])
+    return failure_of(f, p) if p is not None else None
+
+
 def runtime_failed(f: Facts) -> Finding | None:
     failed = [p for p in f.current if p.failed]
     if not (p := _one(failed)) or p.report is None:
@@ -332,6 +371,8 @@ READY_CHAIN: Chain = (
     (FALSE, apply_refused),
     (FALSE, child_missing),
     (FALSE, scaled_to_zero),
+    (FALSE, degraded),
+    (FALSE, oom_killed),
     (FALSE, runtime_failed),
     (FALSE, model_missing),
     (FALSE, volume_mount_failed),

@@ -46,6 +46,7 @@ class Phase(StrEnum):
     PENDING = "Pending"
     LOADING = "Loading"
     READY = "Ready"
+    DEGRADED = "Degraded"  # serving with fewer replicas: some pods of the current spec fail
     FAILED = "Failed"
 
 
@@ -778,7 +779,9 @@ class LLMServingStatus(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     observedGeneration: int | None = Field(None, description="metadata.generation this status reflects.")
-    phase: Phase = Field(Phase.PENDING, description="Pending, Loading, Ready or Failed (display; see conditions).")
+    phase: Phase = Field(
+        Phase.PENDING, description="Pending, Loading, Ready, Degraded or Failed (display; see conditions)."
+    )
     pipeline: PipelineStatus = Field(default_factory=PipelineStatus, description="Requested and resolved pipeline.")
     replicas: int = Field(0, ge=0, description="Runtime pods that exist (not terminating).")
     readyReplicas: int = Field(0, ge=0, description="Up-to-date pods whose runtime reports ready.")

@@ -72,6 +72,7 @@ def pod_facts(
         waiting=podview.waiting(pod),
         init=podview.init_state(pod),
         mount_failure=mount_failure,
+        oom_limit=podview.oom_killed(pod),
     )
 
 
@@ -383,7 +384,13 @@ def _changed(prev: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return (prev.get("status"), prev.get("reason")) != (new.get("status"), new.get("reason"))
 
 
-_WARN_READY = R.FAILED_REASONS | {R.CHILD_MISSING, R.UNSCHEDULABLE, R.PODS_DISAGREE, R.READBACK_FAILED}
+_WARN_READY = R.FAILED_REASONS | {
+    R.CHILD_MISSING,
+    R.DEGRADED_REASON,
+    R.UNSCHEDULABLE,
+    R.PODS_DISAGREE,
+    R.READBACK_FAILED,
+}
 
 
 def events_for(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[Event]:

@@ -20,7 +20,17 @@ from pathlib import Path
 from . import decisions
 from .flags import RuntimeFlags, add_arguments, from_sources
 from .openai import assistant
-from .report import PipelineReport, Reason, RuntimeReport, SpeculativeMode, State, Task, TaskReport, Versions
+from .report import (
+    TERMINATION_MESSAGE_LIMIT,
+    PipelineReport,
+    Reason,
+    RuntimeReport,
+    SpeculativeMode,
+    State,
+    Task,
+    TaskReport,
+    Versions,
+)
 from .sources import ConfigError
 from .speculative import SpeculativeConfig
 
@@ -79,8 +89,9 @@ def versions() -> Versions:
 
 
 def write_failure(report: RuntimeReport, termination_log: str | None) -> None:
-    """The report as the LAST stderr line, and into the termination-message file."""
-    line = report.to_line()
+    """The report as the LAST stderr line, and into the termination-message file (trimmed to what the kubelet
+    keeps, the newline included: a longer message would be cut and never parse)."""
+    line = report.to_line(limit=TERMINATION_MESSAGE_LIMIT - 1)
     logging.shutdown()
     if termination_log:
         try:

@@ -40,6 +40,9 @@ class TaskPipeline(StrEnum):
     TEXT_RERANK = "TextRerank"  # openvino_genai.TextRerankPipeline
 
 
+TERMINATION_MESSAGE_LIMIT = 4096  # bytes the kubelet keeps of a termination message
+
+
 class Reason(StrEnum):
     """Why the pipeline is what it is. Values are valid metav1.Condition reasons."""
 
@@ -50,6 +53,7 @@ class Reason(StrEnum):
     PIPELINE_TYPE_MISMATCH = "PipelineTypeMismatch"
     MODEL_NOT_FOUND = "ModelNotFound"
     MODEL_LOAD_FAILED = "ModelLoadFailed"
+    ENGINE_FAILED = "EngineFailed"  # the pipeline failed while serving (after the model had loaded)
     DEVICE_UNAVAILABLE = "DeviceUnavailable"
     SPECULATIVE_UNAVAILABLE = "SpeculativeDecodingUnavailable"  # required speculation cannot run: refused
     TASK_MISMATCH = "TaskMismatch"  # the task asked for is not what the model is (e.g. rerank on an LLM)
@@ -215,10 +219,25 @@ class RuntimeReport(BaseModel):
     embeddings: EmbeddingsReport | None = None  # task embeddings only
     capabilities: Capabilities | None = Field(None, description="null until the model is loaded")
 
-    def to_line(self) -> str:
-        """One JSON line, as written to stderr and the termination-message file (the kubelet keeps 4 KiB of it:
-        the decisions block, served at /v1/status while ready, stays out)."""
-        return self.model_dump_json(exclude={"decisions"})
+    def to_line(self, limit: int | None = None) -> str:
+        """One JSON line, as written to stderr and the termination-message file (the decisions block, served at
+        /v1/status while ready, stays out). With `limit` (bytes): the kubelet keeps only 4 KiB of a termination
+        message and cuts it, which would leave no line that parses; the pipeline message is trimmed instead,
+        keeping its END (an error's last lines name its cause), so that the line always fits and parses."""
+        line = self.model_dump_json(exclude={"decisions"})
+        if limit is None or len(line.encode()) <= limit:
+            return line
+        msg = self.pipeline.message
+        over = len(line.encode()) - limit
+        mark = "[...] "
+        keep = max(0, len(msg.encode()) - over - len(mark.encode()) - 64)  # escapes of the kept text: a margin
+        while True:
+            tail = msg.encode()[len(msg.encode()) - keep :].decode(errors="ignore")
+            cut = self.model_copy(update={"pipeline": self.pipeline.model_copy(update={"message": mark + tail})})
+            line = cut.model_dump_json(exclude={"decisions"})
+            if len(line.encode()) <= limit or keep == 0:
+                return line
+            keep = max(0, keep - (len(line.encode()) - limit) - 16)
 
     @classmethod
     def from_text(cls, text: str) -> RuntimeReport | None:

@@ -61,6 +61,8 @@ def pod(
     init_failed: str | None = None,
     init: dict[str, Any] | None = None,
     uid: str | None = None,
+    last_reason: str = "Error",
+    memory_limit: str | None = None,
 ) -> dict[str, Any]:
     """A runtime pod. `init`: the model-download init container's status (state, lastState, restartCount)."""
     ready = ready and not waiting  # a waiting container is never ready
@@ -90,7 +92,7 @@ def pod(
             "restartCount": 0,
         }
         if last_terminated_message is not None:
-            cs["lastState"] = {"terminated": {"exitCode": 3, "reason": "Error", "message": last_terminated_message}}
+            cs["lastState"] = {"terminated": {"exitCode": 3, "reason": last_reason, "message": last_terminated_message}}
             cs["restartCount"] = 1
         status["containerStatuses"] = [cs]
         if init_failed is not None:
@@ -113,6 +115,8 @@ def pod(
     if deleting:
         meta["deletionTimestamp"] = "2026-12-03T00:00:00Z"
     spec: dict[str, Any] = {}
+    if memory_limit is not None:
+        spec["containers"] = [{"name": render.CONTAINER_NAME, "resources": {"limits": {"memory": memory_limit}}}]
     if init is not None or init_failed is not None:
         spec["initContainers"] = [{"name": render.INIT_CONTAINER_NAME}]
     return {"metadata": meta, "spec": spec, "status": status}

@@ -461,6 +461,7 @@ class App:
 
 
 def failed_state(report: RuntimeReport, message: str) -> RuntimeReport:
-    """The report after a fatal pipeline error at serving time."""
-    p = report.pipeline.model_copy(update={"reason": Reason.MODEL_LOAD_FAILED, "message": message})
+    """The report after a fatal pipeline error at serving time: EngineFailed, never ModelLoadFailed (the
+    model had loaded and served)."""
+    p = report.pipeline.model_copy(update={"reason": Reason.ENGINE_FAILED, "message": message})
     return report.model_copy(update={"state": State.FAILED, "pipeline": p})
