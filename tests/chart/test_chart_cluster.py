@@ -237,6 +237,8 @@ CAN_I = [
     ("dev", "create", "deployments.apps", (), True),
     ("op", "get", "leases.coordination.k8s.io/ovserve-operator", (), True),
     ("op", "update", "leases.coordination.k8s.io/ovserve-operator", (), True),
+    ("op", "create", "leases.coordination.k8s.io", (), True),  # a deleted Lease is recreated
+    ("app", "create", "leases.coordination.k8s.io", (), False),  # in the release namespace only
     # no
     ("app", "get", "secrets", (), False),
     ("app", "list", "secrets", (), False),
