@@ -290,3 +290,37 @@ def test_logprobs_refused_by_name_where_the_pipeline_has_none(legacy_server):
         legacy_server, "/v3/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}
     )
     assert (status, err["error"]["param"]) == (400, "top_logprobs"), err
+
+
+def test_seed_makes_sampling_reproducible(text_server):
+    def sample(seed: int) -> str:
+        r = client(text_server).completions.create(
+            model=_model(text_server),
+            prompt="once upon",
+            max_tokens=12,
+            temperature=1.0,
+            seed=seed,
+            extra_body={"ignore_eos": True},
+        )
+        return r.choices[0].text
+
+    first = sample(7)
+    assert sample(7) == first
+    assert any(sample(s) != first for s in (8, 9, 10))
+
+
+def test_stop_ends_the_text_before_the_stop_string(text_server):
+    """OpenAI's meaning: the text ends before the stop string, also when it lies inside one token (openvino-genai
+    leaves it in then), streamed and not."""
+    c = client(text_server)
+    kw = {"model": _model(text_server), "prompt": "hello", "max_tokens": 24}
+    full = c.completions.create(**kw, extra_body={"ignore_eos": True}).choices[0].text
+    stop = next(
+        full[i : i + 3] for i in range(2, len(full) - 3) if full[i : i + 3].isascii() and full[i : i + 3].strip()
+    )
+    expected = full[: full.index(stop)]
+    choice = c.completions.create(**kw, stop=[stop]).choices[0]
+    assert (choice.text, choice.finish_reason) == (expected, "stop"), (full, stop)
+    chunks = list(c.completions.create(**kw, stop=[stop], stream=True))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == expected, (full, stop)
+    assert chunks[-1].choices[0].finish_reason == "stop"

@@ -405,3 +405,22 @@ def test_tool_turns_reach_the_template_input_and_a_failing_template_is_a_400():
         with pytest.raises(ApiError) as ei:
             prompt.render(broken, flat, **kw)
         assert (ei.value.status, ei.value.param) == (400, "messages") and "items" in ei.value.message
+
+
+@pytest.mark.parametrize(
+    ("pieces", "stops", "expected"),
+    [
+        (["hello wor", "ld"], ["wor"], "hello "),
+        (["ab", "cd", "ef"], ["de"], "abc"),
+        (["ab", "cd", "ef"], ["x"], "abcdef"),
+        (["a question", " more"], ["sti"], "a que"),  # inside one token's text
+        (["xy", "z"], ["yz", "zz", "q"], "x"),
+        (["", "abc"], ["c"], "ab"),
+    ],
+)
+def test_stop_cut_streams_the_text_before_the_first_stop(pieces, stops, expected):
+    from ovserve_runtime.openai.stops import StopCut, cut
+
+    c = StopCut(stops)
+    out = "".join(c.feed(p) for p in pieces) + c.flush()
+    assert out == expected == cut("".join(pieces), stops)

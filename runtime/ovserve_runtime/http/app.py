@@ -33,8 +33,9 @@ from ..encoder import BatchEncoder
 from ..engine import Events
 from ..flags import RuntimeFlags, default
 from ..metrics import Metrics
-from ..openai import assistant, responses
+from ..openai import assistant, responses, stops
 from ..openai.errors import ApiError, too_large, unknown_model
+from ..openai.stops import StopText
 from ..openai.support import PipelineSupport
 from ..report import Capabilities, Reason, RuntimeReport, State, Task
 from ..tasks import install_routes as install_task_routes
@@ -358,6 +359,8 @@ class App:
                     status = "499"
                 return resp
             text, finish, logprobs = await collect(greq, self.engine.tokenizer)
+            if greq.config.stop_strings:
+                text = stops.cut(text, greq.config.stop_strings)
             usage = responses.usage(prompt_tokens, greq.generated)
             message = None
             if not plan.passthrough:  # tool calls and reasoning split off the text
@@ -396,6 +399,8 @@ class App:
             await writer.open()
             request[STREAMING] = True
             detok = Detokenizer(self.engine.tokenizer, self.engine.token_table)
+            if greq.config.stop_strings:
+                detok = StopText(detok, greq.config.stop_strings)
             parse = None if plan.passthrough else assistant.OutputStream(plan)
             out = StreamOutput(greq, writer, chunks, detok, self.cfg.stream_interval_s, parse)
             await out.run(first, prompt_tokens)

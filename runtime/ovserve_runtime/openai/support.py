@@ -56,7 +56,7 @@ FIELDS: tuple[Field, ...] = (
     _same("max_tokens, max_completion_tokens", "both", H, "default --default-max-tokens, capped by the context"),
     _same("temperature, top_p, seed", "both", H, "temperature 0 or unset: greedy (seed has no effect then)"),
     _same("presence_penalty, frequency_penalty", "both", H),
-    _same("stop", "both", H, f"up to {16} strings"),
+    _same("stop", "both", H, "up to 16 strings; the text ends before the first one (also inside a token)"),
     _same("n", "both", R, "1 only"),
     _same("logit_bias", "both", R, "{} only"),
     Field("logprobs", "chat", H, R, "VLM_CB only", "the sampled tokens' log-probabilities; bytes; top_logprobs []"),
