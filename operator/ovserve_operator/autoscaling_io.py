@@ -7,7 +7,7 @@ says, read KEDA's state back, and put it into a computed status. Decisions live 
   (ScaledObjectRefused) and retried every REFUSED_RETRY_S, never raised into a reconcile retry loop.
 - `read_state`: on every status pass (level-triggered; ScaledObjects are not watched, since KEDA may be
   absent or not granted): re-applies a missing ScaledObject (KEDA installed later, or deleted by hand) or
-  one whose spec differs from the rendered one (edited by hand, at most every REAPPLY_AFTER_S), then reads
+  one whose spec differs from the rendered one (edited by hand: at once, then at most every REAPPLY_AFTER_S), then reads
   it and its HPA into an `AutoscalingState`.
 - `apply_to_status`: sets status.autoscaling and the Autoscaling condition of a computed status.
 """
@@ -38,7 +38,7 @@ class _Cache:
         self.served: tuple[float, bool] | None = None
         self.apply_errors: dict[tuple[str, str], str] = {}
         self.refused_at: dict[tuple[str, str], float] = {}  # monotonic: when the apiserver last refused
-        self.applied_at: dict[tuple[str, str], float] = {}  # monotonic: the last apply
+        self.reverted_at: dict[tuple[str, str], float] = {}  # monotonic: the last re-apply for a hand edit
 
 
 _CACHE = _Cache()
@@ -89,8 +89,6 @@ def sync(kube: Kube, name: str, namespace: str, uid: str, spec: api.LLMServingSp
                     autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name, uid=existing["metadata"].get("uid")
                 )
         else:
-            with _CACHE.lock:
-                _CACHE.applied_at[key] = time.monotonic()
             _, reverted = kube.apply_exact(desired)
             if reverted:
                 log.info("%s/%s: ScaledObject: reverted what another field manager changed: %s", *key, reverted)
@@ -155,9 +153,12 @@ def read_state(
             so = None
         else:
             desired = autoscaling.render_scaled_object(name, namespace, uid, spec, prometheus_url)
+            now = time.monotonic()
             with _CACHE.lock:
-                since = time.monotonic() - _CACHE.applied_at.get(key, -1e9)
-            if desired is not None and drift.differences(desired, so) and since >= REAPPLY_AFTER_S:
+                due = now - _CACHE.reverted_at.get(key, -1e9) > REAPPLY_AFTER_S
+            if desired is not None and drift.differences(desired, so) and due:
+                with _CACHE.lock:
+                    _CACHE.reverted_at[key] = now
                 try:
                     sync(kube, name, namespace, uid, spec, prometheus_url)
                 except Exception as e:
@@ -206,7 +207,7 @@ def apply_to_status(
 
 def forget(namespace: str, name: str) -> None:
     with _CACHE.lock:
-        for d in (_CACHE.apply_errors, _CACHE.refused_at, _CACHE.applied_at):
+        for d in (_CACHE.apply_errors, _CACHE.refused_at, _CACHE.reverted_at):
             d.pop((namespace, name), None)
 
 

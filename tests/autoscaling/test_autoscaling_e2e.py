@@ -18,7 +18,17 @@ import pytest
 
 from tests.autoscaling.conftest import PROMETHEUS, prom_query
 from tests.operator.conftest import service_account_kubeconfig
-from tests.operator.test_operator_e2e import condition, llms, pvc_model, row, status
+from tests.operator.test_operator_e2e import (
+    CHART_LEASE,
+    NOWHERE,
+    UNSTARTED,
+    chart_rbac,
+    condition,
+    llms,
+    pvc_model,
+    row,
+    status,
+)
 
 pytestmark = [pytest.mark.cluster]
 
@@ -335,3 +345,68 @@ def test_operator_works_with_the_charts_autoscaling_rbac(cluster, start_operator
         assert cluster.get("deployment", "plain", namespace) and not cluster.get("scaledobject", "plain", namespace)
         logs = op.logs()
         assert "403" not in logs and "Forbidden" not in logs, logs[-4000:]
+
+
+def test_scaled_object_deleted_or_edited_by_hand_comes_back(cluster, operator, namespace):
+    """The ScaledObject heals like the other children: re-created within 30 s of a delete, a hand edit of a
+    rendered field reverted within 60 s (read on every status cycle: KEDA may be absent, so it is not watched)."""
+    spec = {"model": UNSTARTED, "nodeSelector": NOWHERE, "autoscaling": {"minReplicas": 1, "maxReplicas": 3, "target": 4}}
+    cluster.apply(llms("heal", spec), namespace)
+    uid = cluster.wait_for(lambda: cluster.get("scaledobject", "heal", namespace), 60, "ScaledObject")["metadata"][
+        "uid"
+    ]
+    t0 = time.monotonic()
+    cluster.kubectl("delete", "scaledobject", "heal", "-n", namespace)
+    cluster.wait_for(
+        lambda: (so := cluster.get("scaledobject", "heal", namespace)) and so["metadata"]["uid"] != uid,
+        30,
+        "the ScaledObject re-created",
+    )
+    print(f"ScaledObject back after {time.monotonic() - t0:.1f} s")
+    t0 = time.monotonic()
+    cluster.kubectl(
+        "patch", "scaledobject", "heal", "-n", namespace, "--type=merge", "-p", '{"spec": {"maxReplicaCount": 9}}'
+    )
+    cluster.wait_for(
+        lambda: cluster.get("scaledobject", "heal", namespace)["spec"]["maxReplicaCount"] == 3, 60, "edit reverted"
+    )
+    print(f"ScaledObject edit reverted after {time.monotonic() - t0:.1f} s")
+
+
+def test_charts_rbac_without_autoscaling_refuses_visibly_without_a_retry_loop(
+    cluster, start_operator, namespace, tmp_path, addons
+):
+    """Chart autoscaling.enabled=false (the default) on a cluster with KEDA: spec.autoscaling is refused in
+    status (ScaledObjectRefused, naming the value to set), the LLMServing still runs at spec.replicas, and the
+    operator does not retry the reconcile every 5 s."""
+    rules, chart_objects = chart_rbac(namespace, tmp_path)  # helm's rules, autoscaling off
+    assert not any("keda.sh" in r.get("apiGroups", []) for r in rules)
+    cluster.apply(chart_objects, namespace)
+    with service_account_kubeconfig(cluster, namespace, rules, tmp_path / "operator.kubeconfig") as path:
+        op = start_operator(
+            "op-no-as", KUBECONFIG=str(path), OVSERVE_LEASE_NAME=CHART_LEASE, OVSERVE_PROMETHEUS_URL=addons
+        )
+        cluster.wait_for(lambda: (op.health() or {}).get("role") == "leader", 60, "leader with the chart's rights")
+        spec = {"model": UNSTARTED, "nodeSelector": NOWHERE, "autoscaling": {"maxReplicas": 2, "target": 1}}
+        cluster.apply(llms("noscale", spec), namespace)
+        st = cluster.wait_for(
+            lambda: (
+                (s := status(cluster, namespace, "noscale")).get("autoscaling", {}).get("reason")
+                == "ScaledObjectRefused"
+                and s
+            ),
+            60,
+            "reason ScaledObjectRefused",
+        )
+        assert "autoscaling.enabled=true" in st["autoscaling"]["message"], st["autoscaling"]
+        assert condition(st, "Autoscaling")["status"] == "False"
+        assert cluster.get("deployment", "noscale", namespace) and cluster.get("service", "noscale", namespace)
+        cluster.wait_for(
+            lambda: condition(status(cluster, namespace, "noscale"), "Ready").get("reason") == "Unschedulable",
+            60,
+            "Ready tells the pods' truth, not an apply failure",
+        )
+        time.sleep(20)  # a 5 s retry loop would have run 4 times by now
+        logs = op.logs()
+        assert "failed temporarily" not in logs and "applying children failed" not in logs, logs[-4000:]
+        assert logs.count("the ScaledObject was refused") <= 2, logs[-4000:]
