@@ -7,7 +7,9 @@ raw   TextEmbeddingPipeline in this process with the config the server reports i
 http  ovserve-runtime as a subprocess; C clients (aiohttp, one connection each) loop sending requests of
       --docs-per-request documents (base64, the openai client's default) until all documents are embedded
 Raw and HTTP runs alternate (`--reps` paired runs per C); the table shows medians and the spread of the
-paired HTTP/raw ratio. Documents: synthetic sentences of 8-40 words (no hub).
+paired HTTP/raw ratio. Documents: synthetic sentences of 8-40 words (no hub). CPU per document (user +
+system: the benchmark process around a raw run; the server process and the client around an HTTP run) is
+printed too: on a shared machine whose cores are all busy, throughput follows it, and it moves less.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import socket
 import statistics as st
 import subprocess
@@ -86,11 +89,23 @@ def raw_pipeline(model: str, status: dict, threads: int):
     return g.TextEmbeddingPipeline(model, "CPU", c, INFERENCE_NUM_THREADS=threads)
 
 
-def raw_run(pipe, docs: list[str], batch: int) -> float:
-    t0 = time.perf_counter()
+def self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system seconds of a process, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def raw_run(pipe, docs: list[str], batch: int) -> tuple[float, float]:
+    """(documents per second, CPU ms per document)."""
+    t0, c0 = time.perf_counter(), self_cpu()
     for i in range(0, len(docs), batch):
         pipe.embed_documents(docs[i : i + batch])
-    return len(docs) / (time.perf_counter() - t0)
+    return len(docs) / (time.perf_counter() - t0), (self_cpu() - c0) * 1000 / len(docs)
 
 
 async def _http_run(url: str, docs: list[str], clients: int, per_request: int) -> float:
@@ -131,11 +146,15 @@ def bench(model: str, a) -> dict:
         asyncio.run(_http_run(server.url, docs[:64], 4, a.docs_per_request))
         for c in clients:
             batch = min(c * a.docs_per_request, a.embeddings_max_batch)
-            raws, https, ratios = [], [], []
+            raws, https, ratios, raw_cpu, server_cpu, client_cpu = [], [], [], [], [], []
             for _ in range(a.reps):
-                r = raw_run(pipe, docs, batch)
+                r, rc = raw_run(pipe, docs, batch)
+                s0, k0 = proc_cpu(server.proc.pid), self_cpu()
                 h = asyncio.run(_http_run(server.url, docs, c, a.docs_per_request))
+                server_cpu.append((proc_cpu(server.proc.pid) - s0) * 1000 / len(docs))
+                client_cpu.append((self_cpu() - k0) * 1000 / len(docs))
                 raws.append(r)
+                raw_cpu.append(rc)
                 https.append(h)
                 ratios.append(h / r)
             out["rows"].append(
@@ -147,6 +166,9 @@ def bench(model: str, a) -> dict:
                     "ratio": st.median(ratios),
                     "ratio_min": min(ratios),
                     "ratio_max": max(ratios),
+                    "raw_cpu_ms": st.median(raw_cpu),
+                    "server_cpu_ms": st.median(server_cpu),
+                    "client_cpu_ms": st.median(client_cpu),
                 }
             )
             print(f"  {c} clients done", file=sys.stderr)
@@ -160,12 +182,16 @@ def print_table(res: dict, a) -> None:
         f"\n## {res['model']}: embeddings, {a.docs} documents, {a.docs_per_request} per request, "
         f"threads {a.threads}, max batch {a.embeddings_max_batch}, {a.reps} paired reps"
     )
-    print("| clients | raw batch | raw docs/s | HTTP docs/s | HTTP/raw (min-max) |")
-    print("|---|---|---|---|---|")
+    print(
+        "| clients | raw batch | raw docs/s | HTTP docs/s | HTTP/raw (min-max) | CPU ms/doc raw | server | client "
+        "| raw/server CPU |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in res["rows"]:
         print(
             f"| {r['clients']} | {r['raw_batch']} | {r['raw_docs_s']:.0f} | {r['http_docs_s']:.0f} | "
-            f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) |"
+            f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['raw_cpu_ms']:.2f} | "
+            f"{r['server_cpu_ms']:.2f} | {r['client_cpu_ms']:.2f} | {r['raw_cpu_ms'] / r['server_cpu_ms']:.2f} |"
         )
 
 
