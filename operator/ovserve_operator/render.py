@@ -240,12 +240,20 @@ def _model_volume(name: str, spec: api.LLMServingSpec, settings: Settings) -> tu
     return volume, mount
 
 
-def _draft_volume(name: str, spec: api.LLMServingSpec, settings: Settings) -> tuple[dict, dict] | None:
-    """(volume, mount) of the draft model, like the model's; None without a draft."""
+def _draft_volume(name: str, spec: api.LLMServingSpec, settings: Settings) -> tuple[dict | None, dict] | None:
+    """(volume or None when it shares the model's, mount) of the draft model, like the model's; None without one."""
     src = spec.speculative.draftModel if spec.speculative is not None else None
     if src is None:
         return None
     mount: dict[str, Any] = {"name": DRAFT_VOLUME, "mountPath": draft_path(name), "readOnly": True}
+    model_pvc = spec.model.pvc
+    if src.pvc is not None and model_pvc is not None and src.pvc.claimName == model_pvc.claimName:
+        # the model's claim: a second mount of its volume (a pod that names one claim in two volumes waits for
+        # the second forever: the kubelet mounts a PersistentVolume once per pod)
+        mount = {"name": "model", "mountPath": draft_path(name), "readOnly": True}
+        if src.pvc.path:
+            mount["subPath"] = src.pvc.path
+        return None, mount
     if src.hostPath is not None:
         # DirectoryOrCreate: a missing draft serves without speculation (DraftModelNotFound), not a pod that
         # cannot start
@@ -372,7 +380,8 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
     if spec.model.huggingFace is not None:
         pod_spec["initContainers"] = [_download_init_container(name, spec, image, pull_policy, settings)]
     if (draft := _draft_volume(name, spec, settings)) is not None:  # added after everything else: hashes unchanged
-        pod_spec["volumes"].append(draft[0])
+        if draft[0] is not None:
+            pod_spec["volumes"].append(draft[0])
         container["volumeMounts"].append(draft[1])
         draft_hf = spec.speculative.draftModel.huggingFace  # type: ignore[union-attr]
         if draft_hf is not None:

@@ -123,6 +123,23 @@ def test_draft_volume_and_download(source, volume_key, init):
         assert c["args"][:2] == ["--repo", "org/draft"] and "/models/llm-draft" in c["args"]
 
 
+def test_a_draft_on_the_model_claim_is_a_second_mount_of_its_volume():
+    s = api.parse_spec(
+        {
+            "model": {"pvc": {"claimName": "models", "path": "tiny-llm"}},
+            "speculative": {"draftModel": {"pvc": {"claimName": "models", "path": "tiny-llm-draft"}}},
+        }
+    )
+    t = render.pod_template("llm", s, Settings())
+    assert [v["name"] for v in t["spec"]["volumes"]].count("model") == 1
+    assert render.DRAFT_VOLUME not in [v["name"] for v in t["spec"]["volumes"]]
+    mounts = [m for m in t["spec"]["containers"][0]["volumeMounts"] if m["name"] == "model"]
+    assert {m["mountPath"]: m.get("subPath") for m in mounts} == {
+        "/models/llm": "tiny-llm",
+        "/models/llm-draft": "tiny-llm-draft",
+    }
+
+
 def test_draft_host_path_is_gated_like_the_model():
     denied = policy.violations(
         api.parse_spec({"model": {"pvc": {"claimName": "m"}}, "speculative": {"draftModel": DRAFT}}),
