@@ -173,7 +173,7 @@ def test_sse_ends_with_done(cb_server):
             "temperature",
             "invalid_value",
         ),
-        ("/v3/completions", {"model": "tiny-llm", "prompt": "x", "n": 3}, 400, "n", "invalid_value"),
+        ("/v3/completions", {"model": "tiny-llm", "prompt": "x", "n": 17}, 400, "n", "invalid_value"),
     ],
 )
 def test_bad_requests(cb_server, path, body, status, param, code):

@@ -121,7 +121,7 @@ def test_cut_at_max_tokens_says_length(cb_server):
         ({"tool_choice": "required"}, "tool_choice", "invalid_value"),  # without tools
         ({"logit_bias": {"1": 10}}, "logit_bias", "unsupported_value"),
         ({"modalities": ["text", "audio"]}, "modalities", "unsupported_value"),
-        ({"n": 2}, "n", "invalid_value"),
+        ({"n": 2, "stream": True}, "n", "unsupported_value"),
         ({"max_token": 5}, "max_token", "unknown_parameter"),
         (  # tiny-llm's chat template renders no tool turns: refused, never dropped
             {"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "r", "tool_call_id": "c"}]},
@@ -324,3 +324,18 @@ def test_stop_ends_the_text_before_the_stop_string(text_server):
     chunks = list(c.completions.create(**kw, stop=[stop], stream=True))
     assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == expected, (full, stop)
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_n_choices(text_server):
+    c = client(text_server)
+    kw = {"model": _model(text_server), "prompt": "once", "max_tokens": 8, "extra_body": {"ignore_eos": True}}
+    r = c.completions.create(**kw, n=3, temperature=1.0, seed=5)
+    assert [ch.index for ch in r.choices] == [0, 1, 2]
+    assert r.usage.completion_tokens == 24
+    # choice i samples with seed + i: choice 0 is the single request with the seed, choice 1 the one with seed + 1
+    assert r.choices[0].text == c.completions.create(**kw, temperature=1.0, seed=5).choices[0].text
+    assert r.choices[1].text == c.completions.create(**kw, temperature=1.0, seed=6).choices[0].text
+    chat = c.chat.completions.create(
+        model=_model(text_server), messages=[{"role": "user", "content": "x"}], max_tokens=4, n=2
+    )
+    assert len(chat.choices) == 2 and chat.choices[0].message.content == chat.choices[1].message.content  # greedy

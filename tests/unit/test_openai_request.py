@@ -93,7 +93,7 @@ def raw(body) -> bytes:
         (True, chat(top_p=1e-300), "top_p", "invalid_value"),
         (True, chat(repetition_penalty=[1]), "repetition_penalty", "invalid_type"),
         # unsupported values are refused, not ignored
-        (False, comp(n=3), "n", "invalid_value"),
+        (False, comp(n=17), "n", "invalid_value"),
         (True, chat(n=0), "n", "invalid_value"),
         (True, chat(top_logprobs=3), "top_logprobs", "unsupported_value"),
         (False, comp(echo=True), "echo", "unsupported_value"),

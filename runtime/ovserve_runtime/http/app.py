@@ -358,18 +358,9 @@ class App:
                 if gone:
                     status = "499"
                 return resp
-            text, finish, logprobs = await collect(greq, self.engine.tokenizer)
-            if greq.config.stop_strings:
-                text = stops.cut(text, greq.config.stop_strings)
-            usage = responses.usage(prompt_tokens, greq.generated)
-            message = None
-            if not plan.passthrough:  # tool calls and reasoning split off the text
-                message = assistant.message(plan, text)
-                finish = assistant.finish_reason(plan, finish, len(message.get("tool_calls", ())))
-            body_ = responses.completion(
-                rid, chat, self.cfg.served_name, int(time.time()), text, finish, usage, message, logprobs
-            )
-            return web.json_response(body_)
+            if body.n is not None and body.n > 1:
+                return await self._choices(greq, body.n, rid, chat, prompt_tokens, plan)
+            return web.json_response(await self._answer(greq, plan, chat, rid, prompt_tokens))
         except ApiError as err:
             status = str(err.status)
             return error_response(err)
@@ -382,6 +373,64 @@ class App:
             self.engine.cancel(greq)  # no-op when finished; frees the slot otherwise
             self.metrics.requests.labels(endpoint, status).inc()
             self._observe(greq, prompt_tokens)
+
+    async def _answer(self, greq, plan, chat: bool, rid: str, prompt_tokens: int) -> dict:
+        """The response body of one finished generation (not streamed)."""
+        text, finish, logprobs = await collect(greq, self.engine.tokenizer)
+        if greq.config.stop_strings:
+            text = stops.cut(text, greq.config.stop_strings)
+        message = None
+        if not plan.passthrough:  # tool calls and reasoning split off the text
+            message = assistant.message(plan, text)
+            finish = assistant.finish_reason(plan, finish, len(message.get("tool_calls", ())))
+        usage = responses.usage(prompt_tokens, greq.generated)
+        return responses.completion(
+            rid, chat, self.cfg.served_name, int(time.time()), text, finish, usage, message, logprobs
+        )
+
+    async def _choices(self, greq, n: int, rid: str, chat: bool, prompt_tokens: int, plan) -> web.Response:
+        """n > 1, not streamed: n generations of the prompt submitted together (continuous batching runs them in
+        one batch, the legacy pipeline one after another). Sampling with a seed s: choice i uses s + i (without
+        one, each its own random seed); greedy choices are alike, as OpenAI's are."""
+        from ..engine import GenRequest
+        from ..engine_core import config_from_dict, config_to_dict
+
+        fields_ = config_to_dict(greq.config)
+        extra = []
+        for i in range(1, n):
+            cfg = config_from_dict(fields_)
+            if cfg.do_sample:  # prepare gave an unseeded request a random seed: choice i samples with seed + i
+                cfg.rng_seed = (fields_["rng_seed"] + i) % 2**64
+            g = GenRequest(
+                config=cfg,
+                max_new_tokens=greq.max_new_tokens,
+                input_ids=greq.input_ids,
+                prompt=greq.prompt,
+                images=list(greq.images),
+                logprobs=greq.logprobs,
+                loop=greq.loop,
+                events=Events(),
+                submitted_at=greq.submitted_at,
+            )
+            extra.append(g)
+        answers: list[asyncio.Future] = []
+        try:
+            for g in extra:
+                self.engine.submit(g)
+                self.drain.track(g)
+            answers = [asyncio.ensure_future(self._answer(g, plan, chat, rid, prompt_tokens)) for g in [greq, *extra]]
+            bodies = await asyncio.gather(*answers)
+        finally:
+            for t in answers:  # one failed (or the client left): the others stop waiting too
+                t.cancel()
+            for g in extra:
+                g.sink = None
+                self.drain.untrack(g)
+                self.engine.cancel(g)
+                self._observe(g, 0)
+        generated = sum(g.generated for g in [greq, *extra])
+        choices = [b["choices"][0] for b in bodies]
+        return web.json_response(responses.with_choices(bodies[0], choices, responses.usage(prompt_tokens, generated)))
 
     async def _stream(
         self, request: web.Request, greq, rid: str, chat: bool, prompt_tokens: int, include_usage: bool, plan

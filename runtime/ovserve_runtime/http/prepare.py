@@ -159,6 +159,10 @@ def build(app, engine, staged: Staged, ids) -> tuple[Any, int]:
     refused = engine.speculate(cfg, body.num_assistant_tokens)
     if refused is not None:
         raise ApiError(400, f"num_assistant_tokens: {refused}", param="num_assistant_tokens", code="unsupported")
+    if body.n is not None and body.n > 1 and body.sampling and body.seed is None:
+        import random
+
+        cfg.rng_seed = random.getrandbits(63)  # the n choices sample with this seed + their index
     if staged.constraint is not None:
         import openvino_genai as g
 

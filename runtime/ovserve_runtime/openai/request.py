@@ -32,6 +32,7 @@ MAX_TOKENS = 2**31 - 1
 MAX_TOP_K = 2**31 - 1
 MAX_SEED = 2**64 - 1
 MAX_STOP = 16
+MAX_N = 16  # choices per request (n): each is a generation of its own
 MAX_STOP_CHARS = 1024
 MAX_SCHEMA_BYTES = 64 * 1024  # a json_schema this large is refused before it is compiled
 # GenerationConfig floats are float32: a positive double below this rounds to 0 there and fails its
@@ -237,7 +238,7 @@ class _Common(_Strict):
     frequency_penalty: Penalty | None = None
     repetition_penalty: Float | None = Field(None, ge=MIN_POSITIVE, le=100)  # vendor
     stop: list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] | None = Field(None, max_length=MAX_STOP)
-    n: int | None = Field(None, ge=1, le=1)
+    n: int | None = Field(None, ge=1, le=MAX_N)  # > 1: not with stream
     ignore_eos: bool | None = None  # vendor
     min_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)  # vendor: no EOS before this many tokens
     # vendor: tokens proposed per step while speculative decoding runs; refused by name where it does not

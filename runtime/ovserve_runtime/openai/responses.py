@@ -72,6 +72,11 @@ def completion(
     }
 
 
+def with_choices(body: dict[str, Any], choices: list[dict[str, Any]], usage_: dict[str, int]) -> dict[str, Any]:
+    """A response body (from `completion`) with the choices of n > 1 generations, indexed in order."""
+    return {**body, "choices": [{**c, "index": i} for i, c in enumerate(choices)], "usage": usage_}
+
+
 class Chunks:
     """The events of one stream."""
 

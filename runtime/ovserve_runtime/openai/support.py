@@ -57,7 +57,12 @@ FIELDS: tuple[Field, ...] = (
     _same("temperature, top_p, seed", "both", H, "temperature 0 or unset: greedy (seed has no effect then)"),
     _same("presence_penalty, frequency_penalty", "both", H),
     _same("stop", "both", H, "up to 16 strings; the text ends before the first one (also inside a token)"),
-    _same("n", "both", R, "1 only"),
+    _same(
+        "n",
+        "both",
+        "honoured (not streamed)",
+        "1..16; n > 1 with stream: 400; with a seed s, choice i samples with s + i",
+    ),
     _same("logit_bias", "both", R, "{} only"),
     Field("logprobs", "chat", H, R, "VLM_CB only", "the sampled tokens' log-probabilities; bytes; top_logprobs []"),
     _same("top_logprobs", "chat", R, "0 only: openvino-genai gives the sampled token's log-probability only"),
@@ -141,6 +146,8 @@ def check(body: ChatRequest | CompletionRequest, support: PipelineSupport) -> No
             param="logprobs",
             code="unsupported_value",
         )
+    if body.n is not None and body.n > 1 and body.stream:
+        raise ApiError(400, "n > 1 is not supported with stream", param="n", code="unsupported_value")
     fmt = getattr(body, "response_format", None)
     if fmt is not None and fmt.type != "text" and not support.structured_output:
         raise ApiError(
