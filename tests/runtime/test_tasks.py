@@ -267,3 +267,19 @@ def test_sigterm_drains_in_flight_requests(encoder_models, server_factory):
         codes = [f.result()[0] for f in futures]
     assert codes == [200] * 8
     assert s.proc.wait(timeout=60) == 0
+
+
+def test_queue_depth_metric_counts_requests_waiting_for_a_call(encoder_models, server_factory):
+    """The autoscaling metric (QueueDepth) for these tasks: admitted requests not in the current pipeline call."""
+    s = server_factory(encoder_models / "tiny-embed", "--embeddings-max-batch", "1")
+    big = {"input": ["the quick brown fox " * 20] * 32}
+    seen: list[tuple[float, float]] = []
+    with cf.ThreadPoolExecutor(9) as pool:
+        futures = [pool.submit(post, s.url + "/v3/embeddings", big, 120) for _ in range(8)]
+        while not all(f.done() for f in futures):
+            seen.append((s.metric("ovserve_queue_depth"), s.metric("ovserve_requests_running")))
+            time.sleep(0.02)
+        assert [f.result()[0] for f in futures] == [200] * 8
+    assert max(q for q, _ in seen) >= 2, seen
+    assert max(r for _, r in seen) <= 1, seen  # one request per call at --embeddings-max-batch 1
+    assert s.metric("ovserve_queue_depth") == 0
