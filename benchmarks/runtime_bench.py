@@ -32,6 +32,10 @@ our throughput: its client spends several times more CPU per token than the lean
 server uses, and refills a slot only after a round trip through its own processes, while the server's CPU
 per token is no higher under aiperf.
 
+Speculative decoding (`--speculative`, benchmarks/speculative_bench.py): no speculation vs a draft (--draft,
+default tiny-llm-draft, which shares tiny-bench's tokenizer) vs prompt lookup over HTTP: throughput, TTFT, TPOT
+and the acceptance counters; with random weights it measures the price of speculation that is never right.
+
 Embeddings (`--mode embeddings`, benchmarks/embeddings_bench.py): /v3/embeddings over HTTP vs the raw
 TextEmbeddingPipeline in documents per second at --streams concurrent clients (default models tiny-embed-bench,
 tiny-embed: `hack/models/encoders/build.sh bench`).
@@ -745,7 +749,15 @@ def print_aiperf(name: str, res: dict, max_tokens: int) -> None:
 def main() -> None:
     models = Path(os.environ.get("OVSERVE_MODELS", "/var/cache/ovserve/models"))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["generation", "embeddings"], default="generation")
+    ap.add_argument("--mode", choices=["generation", "embeddings", "speculative"], default="generation")
+    ap.add_argument(
+        "--speculative",
+        action="store_true",
+        help="= --mode speculative: no speculation vs --draft vs prompt lookup over HTTP (speculative_bench.py)",
+    )
+    ap.add_argument("--draft", default=None, help="speculative: the draft model (default tiny-llm-draft)")
+    ap.add_argument("--num-assistant-tokens", type=int, default=3, help="speculative: tokens proposed per step")
+    ap.add_argument("--max-ngram-size", type=int, default=3, help="speculative: prompt lookup's n-gram size")
     ap.add_argument(
         "--models",
         default=None,
@@ -786,6 +798,12 @@ def main() -> None:
     )
     ap.add_argument("--aiperf-requests", type=int, default=4, help="aiperf sends this many x N requests")
     a = ap.parse_args()
+    if a.speculative or a.mode == "speculative":
+        import speculative_bench
+
+        a.models = a.models or "tiny-bench"
+        speculative_bench.run(a, models)
+        return
     if a.mode == "embeddings":
         import embeddings_bench
 
