@@ -4,6 +4,8 @@
 - Rendered children carry the device-aware rollout strategy, default requests (reported in
   status.resourceDefaults, removed from it when the spec sets them) and a sizeLimit on the download emptyDir.
 - spec.nodeSelector is PolicyDenied when scheduling pass-through is off.
+- A GPU pool sized to the replicas: the device-aware default rolls; the CPU default (maxSurge 1) would not.
+- An optional NetworkPolicy; an operator upgrade rolls within the rollout budget.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import json
 
 import pytest
 
-from .test_operator_e2e import NOWHERE, UNSTARTED, condition, llms, status
+from tests.conftest import HACK, run_on_host_network
+
+from .test_operator_e2e import NOWHERE, UNSTARTED, condition, llms, models_claim, pvc_model, status
+from .test_security import STANDIN
 
 pytestmark = [pytest.mark.cluster]
 
@@ -210,3 +215,56 @@ def test_a_held_llmserving_counts_its_pods_as_current(cluster, start_operator, n
     (held,), (rolling,), sts = cluster.wait_for(split, 60, "one held, one rolling with its old pod as previous")
     assert sts[held].get("previous") is None and sts[held]["replicas"] == 1, sts[held]
     assert sts[rolling]["previous"]["replicas"] == 1, sts[rolling]
+
+
+@pytest.fixture(scope="module")
+def standin(cluster) -> str:
+    """The stand-in runtime image (hack/standin): ready at once, on any device."""
+    proc = run_on_host_network(["bash", str(HACK / "images.sh"), "standin"], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return STANDIN
+
+
+def test_gpu_rollout_fits_a_pool_sized_to_the_replicas(
+    cluster, start_operator, namespace, device_plugin, tiny_models, standin
+):
+    """Two ready GPU pods on a node with two (fake) GPUs, runtime pods of the stand-in image (ready at once).
+    A spec change rolls with the GPU default (maxSurge 0, maxUnavailable 1): one old pod goes, its device
+    serves the new one. With maxSurge 1 / maxUnavailable 0 (the old hard-coded strategy) the surge pod never
+    gets a device and the rollout never moves: the deadlock the default avoids."""
+    device_plugin.start(2)
+    cluster.wait_for(lambda: device_plugin.allocatable() == 2, 60, "two allocatable GPUs")
+    with models_claim(cluster, namespace, tiny_models):
+        op = start_operator("op-gpu", OVSERVE_ALLOWED_IMAGES="localhost/ovserve-standin")
+        cluster.wait_for(lambda: (op.health() or {}).get("kopf") or not op.alive(), 60, "operator leader")
+        spec = {"model": pvc_model("tiny-llm"), "device": "GPU", "replicas": 2, "image": standin}
+        cluster.apply(llms("pool", spec), namespace)
+
+        def settled(generation: int):
+            obj = cluster.get("llmserving", "pool", namespace) or {}
+            st = obj.get("status") or {}
+            done = st.get("observedGeneration") == generation and st.get("readyReplicas") == 2
+            return done and not st.get("previous") and st
+
+        cluster.wait_for(lambda: settled(1), 180, "2 ready GPU pods")
+        patch = {"spec": {"serving": {"maxQueuedRequests": 8}}}
+        cluster.kubectl("patch", "llmserving", "pool", "-n", namespace, "--type=merge", "-p", json.dumps(patch))
+        cluster.wait_for(lambda: settled(2), 180, "the rollout done on the same two GPUs")
+
+        # the old strategy on the full pool: the surge pod stays Pending, the old pods keep serving
+        patch = {"spec": {"serving": {"maxQueuedRequests": 9}, "rollout": {"maxSurge": 1, "maxUnavailable": 0}}}
+        cluster.kubectl("patch", "llmserving", "pool", "-n", namespace, "--type=merge", "-p", json.dumps(patch))
+
+        def stuck():
+            pods = cluster.get("pods", namespace=namespace)["items"]
+            pending = [
+                c.get("message", "")
+                for p in pods
+                for c in p["status"].get("conditions", [])
+                if c["type"] == "PodScheduled" and c["status"] == "False"
+            ]
+            return pending and "gpu.intel.com/i915" in pending[0] and pending
+
+        cluster.wait_for(stuck, 90, "the surge pod unschedulable (no free GPU)")
+        st = status(cluster, namespace, "pool")
+        assert (st.get("previous") or {}).get("readyReplicas") == 2 and st.get("readyReplicas") == 0, st
