@@ -49,6 +49,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 models:  ## every tiny test model (~3 min cold, most of it the exporter venv)
 	hack/models/build.sh
 	hack/models/chat/build.sh
+	hack/models/encoders/build.sh
 
 demo-models:  ## the two models the demo serves
 	hack/models/build.sh tiny-llm tiny-llm-nosdpa

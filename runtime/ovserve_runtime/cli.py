@@ -219,7 +219,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         "decisions": record,
         "task": loaded.task,
         "embeddings": loaded.embeddings,
-        "capabilities": app.capabilities(),
+        "capabilities": app.capabilities().model_copy(update={"task": loaded.task.resolved}),
     }
     report = report.model_copy(update=update)
     app.set_report(report)

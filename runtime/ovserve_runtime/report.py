@@ -201,6 +201,7 @@ class Capabilities(BaseModel):
     reasoningParser: str | None = Field(None, description="the reasoning parser in use; null: none")
     maxContext: int | None = Field(None, description="the model's context (max position embeddings), tokens")
     maxPromptTokens: int | None = Field(None, description="the longest prompt accepted, tokens")
+    task: Task | None = Field(None, description="text-generation, embeddings or rerank (the resolved task)")
 
 
 class RuntimeReport(BaseModel):

@@ -70,6 +70,7 @@ def test_embeddings_task_and_settings_resolved_from_the_model(embed_server):
     assert s["embeddings"]["normalize"]["value"] == "true"
     assert s["embeddings"]["dimensions"] == 32
     assert 'ovserve_task_info{task="embeddings"} 1.0' in embed_server.metrics()
+    assert s["capabilities"]["task"] == "embeddings" and s["capabilities"]["structuredOutput"] is False
 
 
 def test_openai_client_embeddings_equal_the_raw_pipeline(embed_server, raw_embedder):

@@ -121,5 +121,6 @@ def test_capabilities_of_the_pods_are_the_status():
         "reasoningParser": None,
         "maxContext": 512,
         "maxPromptTokens": 256,
+        "task": None,
     }
     assert compute({"a": CB_READY}).status.get("capabilities") is None
