@@ -146,9 +146,23 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
         "embeddings_matryoshka": emb.matryoshka,
         "embeddings_max_batch": emb.maxBatch,
         "rerank_max_documents": rerank.maxDocuments,
+        **_eviction_flags(sched),
         **_speculative_flags(name, spec),
     }
     return RuntimeFlags(**{k: v for k, v in given.items() if v is not None})
+
+
+def _eviction_flags(sched: api.SchedulerConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"sparse_attention": sched.sparseAttention}
+    ev = sched.cacheEviction
+    if ev is not None:
+        out.update(
+            cache_eviction_max_tokens=ev.maxTokens,
+            cache_eviction_start_tokens=ev.startTokens,
+            cache_eviction_recent_tokens=ev.recentTokens,
+            cache_eviction_aggregation=ev.aggregation,
+        )
+    return out
 
 
 def _speculative_flags(name: str, spec: api.LLMServingSpec) -> dict[str, Any]:

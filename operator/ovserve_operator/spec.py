@@ -7,7 +7,7 @@ validates every object it handles with them, and the status it writes is an `LLM
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from ovserve_runtime import flags
 from ovserve_runtime.flags import Pooling
@@ -34,6 +34,7 @@ class Device(StrEnum):
 
 
 class KVCachePrecision(StrEnum):
+    AUTO = "AUTO"  # the plugin and openvino-genai decide (status.decisions.kvCachePrecision says what)
     u8 = "u8"
     u4 = "u4"
     i8 = "i8"
@@ -266,8 +267,56 @@ class Speculative(_Strict):
         return self
 
 
+class CacheEviction(_Strict):
+    """KV-cache eviction (openvino_genai.CacheEvictionConfig): each sequence keeps at most maxTokens of cache."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.maxTokens > (has(self.startTokens) ? self.startTokens : 32) + "
+                    "(has(self.recentTokens) ? self.recentTokens : 128)",
+                    "message": "cacheEviction.maxTokens must be larger than startTokens + recentTokens",
+                }
+            ]
+        }
+    )
+
+    maxTokens: int = Field(..., **flags.bounds("cache_eviction_max_tokens"), description="Tokens kept per sequence.")
+    startTokens: int | None = Field(
+        None, **flags.bounds("cache_eviction_start_tokens"), description="Always kept at the start (default 32)."
+    )
+    recentTokens: int | None = Field(
+        None, **flags.bounds("cache_eviction_recent_tokens"), description="Always kept at the end (default 128)."
+    )
+    aggregation: Literal["SUM", "NORM_SUM"] | None = Field(
+        None, description="How attention scores rank the tokens in between (default NORM_SUM)."
+    )
+
+    @model_validator(mode="after")
+    def _sizes(self) -> CacheEviction:
+        if self.maxTokens <= (self.startTokens if self.startTokens is not None else 32) + (
+            self.recentTokens if self.recentTokens is not None else 128
+        ):
+            raise ValueError("cacheEviction.maxTokens must be larger than startTokens + recentTokens")
+        return self
+
+
 class SchedulerConfig(_Strict):
     """Continuous-batching scheduler (openvino_genai.SchedulerConfig); used only by *_CB pipelines."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.kvCachePrecision) || self.kvCachePrecision != 'u4' || "
+                    "(has(self.cacheSizeGB) && self.cacheSizeGB > 0)",
+                    "message": "kvCachePrecision u4 needs a fixed cacheSizeGB > 0 (openvino-genai 2026.4 corrupts "
+                    "memory when a u4 cache grows on demand)",
+                }
+            ]
+        }
+    )
 
     cacheSizeGB: int | None = Field(
         None,
@@ -282,7 +331,23 @@ class SchedulerConfig(_Strict):
     )
     enablePrefixCaching: bool | None = Field(None, description="Reuse the KV cache of common prompt prefixes.")
     dynamicSplitFuse: bool | None = Field(None, description="Split long prompts across scheduler steps.")
-    kvCachePrecision: KVCachePrecision | None = Field(None, description="KV-cache element precision.")
+    kvCachePrecision: KVCachePrecision | None = Field(
+        None,
+        description="KV-cache element precision: AUTO (the plugin's and openvino-genai's choice), u8, u4 (needs "
+        "cacheSizeGB), f16, ...; what runs is measured and recorded in status.decisions.kvCachePrecision.",
+    )
+    cacheEviction: CacheEviction | None = Field(
+        None, description="Evict KV cache beyond maxTokens per sequence (long generations in a small cache)."
+    )
+    sparseAttention: Literal["TRISHAPE", "XATTENTION"] | None = Field(
+        None, description="Sparse attention for long prefills (openvino-genai's defaults for its sizes)."
+    )
+
+    @model_validator(mode="after")
+    def _u4(self) -> SchedulerConfig:
+        if self.kvCachePrecision == KVCachePrecision.u4 and not self.cacheSizeGB:
+            raise ValueError("kvCachePrecision u4 needs a fixed cacheSizeGB > 0")
+        return self
 
 
 class ResourceRequirements(_Strict):

@@ -280,7 +280,16 @@ def asked(args: RuntimeFlags) -> decisions.Asked:
         dynamic_split_fuse=args.dynamic_split_fuse,
         max_prompt_tokens=args.max_prompt_tokens or None,
         inference_precision=None if args.inference_precision in (None, "AUTO") else args.inference_precision,
+        cache_eviction=opts_eviction(args),
+        sparse_attention=args.sparse_attention,
     )
+
+
+def opts_eviction(args: RuntimeFlags) -> str | None:
+    from .engine import SchedulerOptions
+
+    names = {f.name for f in dataclasses.fields(SchedulerOptions)}
+    return SchedulerOptions(**args.model_dump(include=names)).eviction_text()
 
 
 def _yield_to_engine() -> None:

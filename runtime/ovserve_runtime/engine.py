@@ -47,6 +47,20 @@ class SchedulerOptions:
     enable_prefix_caching: bool | None = None
     dynamic_split_fuse: bool | None = None
     kv_cache_precision: str | None = None
+    cache_eviction_max_tokens: int | None = None
+    cache_eviction_start_tokens: int = 32
+    cache_eviction_recent_tokens: int = 128
+    cache_eviction_aggregation: str = "NORM_SUM"
+    sparse_attention: str | None = None
+
+    def eviction_text(self) -> str | None:
+        """The asked eviction as the decision record writes it (observe.scheduler_values); None: off."""
+        if self.cache_eviction_max_tokens is None:
+            return None
+        return (
+            f"start {self.cache_eviction_start_tokens}, recent {self.cache_eviction_recent_tokens}, "
+            f"max {self.cache_eviction_max_tokens} tokens, {self.cache_eviction_aggregation}"
+        )
 
     def scheduler_config(self):
         import openvino_genai as g
@@ -63,6 +77,19 @@ class SchedulerOptions:
             s.enable_prefix_caching = self.enable_prefix_caching
         if self.dynamic_split_fuse is not None:
             s.dynamic_split_fuse = self.dynamic_split_fuse
+        if self.cache_eviction_max_tokens is not None:
+            s.use_cache_eviction = True
+            s.cache_eviction_config = g.CacheEvictionConfig(
+                self.cache_eviction_start_tokens,
+                self.cache_eviction_recent_tokens,
+                self.cache_eviction_max_tokens,
+                getattr(g.AggregationMode, self.cache_eviction_aggregation),
+            )
+        if self.sparse_attention is not None:
+            s.use_sparse_attention = True
+            s.sparse_attention_config = g.SparseAttentionConfig(
+                mode=getattr(g.SparseAttentionMode, self.sparse_attention)
+            )
         return s
 
     def kv_precision(self) -> str | None:

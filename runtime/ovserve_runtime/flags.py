@@ -397,10 +397,48 @@ class RuntimeFlags(BaseModel):
         "when the draft or prompt lookup cannot run",
     )
 
+    cache_eviction_max_tokens: int | None = _flag(
+        None,
+        Group.SCHEDULER,
+        "N",
+        "KV-cache eviction: keep at most N tokens of each sequence's cache (the first --cache-eviction-start-tokens, "
+        "the last --cache-eviction-recent-tokens and the most attended between); N > start + recent; long "
+        "generations then fit a small cache at some accuracy cost. Unset: no eviction",
+        shown="off",
+        ge=2,
+    )
+    cache_eviction_start_tokens: int = _flag(
+        32, Group.SCHEDULER, "N", "KV-cache eviction: tokens always kept at the start", ge=0
+    )
+    cache_eviction_recent_tokens: int = _flag(
+        128, Group.SCHEDULER, "N", "KV-cache eviction: most recent tokens always kept", ge=1
+    )
+    cache_eviction_aggregation: Literal["SUM", "NORM_SUM"] = _flag(
+        "NORM_SUM", Group.SCHEDULER, "MODE", "KV-cache eviction: how attention scores rank tokens (SUM, NORM_SUM)"
+    )
+    sparse_attention: Literal["TRISHAPE", "XATTENTION"] | None = _flag(
+        None,
+        Group.SCHEDULER,
+        "MODE",
+        "sparse attention for long prefills: TRISHAPE or XATTENTION (openvino-genai's defaults for the sizes); "
+        "unset: dense",
+        shown="off",
+    )
+
     @field_validator("pipeline_type", "device", "log_level", "embeddings_pooling", mode="before")
     @classmethod
     def _upper(cls, v: Any) -> Any:
         return v.upper() if isinstance(v, str) and not isinstance(v, Enum) else v
+
+    @model_validator(mode="after")
+    def _eviction(self) -> RuntimeFlags:
+        m = self.cache_eviction_max_tokens
+        if m is not None and m <= self.cache_eviction_start_tokens + self.cache_eviction_recent_tokens:
+            raise ValueError(
+                "--cache-eviction-max-tokens must be larger than --cache-eviction-start-tokens + "
+                "--cache-eviction-recent-tokens"
+            )
+        return self
 
     @model_validator(mode="after")
     def _u4_fixed_cache(self) -> RuntimeFlags:

@@ -3,6 +3,9 @@ from the pipeline (the KV cache measured from the bytes it allocated), asked for
 
 from __future__ import annotations
 
+import json
+import urllib.request
+
 import pytest
 from ovserve_runtime.report import RuntimeReport
 
@@ -63,3 +66,26 @@ def test_legacy_records_no_scheduler(legacy_server):
     assert d["kvCachePrecision"]["value"] is None and "not measured" in d["kvCachePrecision"]["detail"]
     assert d["inferencePrecision"]["value"] in {"bf16", "f16", "f32"}
     assert d.get("kvCacheBlocks") is None
+
+
+def test_eviction_and_sparse_attention_are_recorded_as_asked(tiny_models, server_factory):
+    s = server_factory(tiny_models / "tiny-llm", "--cache-eviction-max-tokens", "256", "--sparse-attention", "TRISHAPE")
+    try:
+        d = _decisions(s)
+        body = {"model": "tiny-llm", "prompt": "hello " * 40, "max_tokens": 300, "ignore_eos": True}
+        req = urllib.request.Request(
+            s.url + "/v3/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=120) as r:
+            code, out = r.status, json.loads(r.read())
+    finally:
+        s.stop()
+    assert d["cacheEviction"]["value"] == "start 32, recent 128, max 256 tokens, NORM_SUM"
+    assert d["cacheEviction"]["source"] == "requested" and d["cacheEviction"]["detail"] == "as asked"
+    assert d["sparseAttention"] == {
+        "value": "TRISHAPE",
+        "source": "requested",
+        "requested": "TRISHAPE",
+        "detail": "as asked",
+    }
+    assert code == 200 and out["usage"]["completion_tokens"] == 300  # beyond the 256 kept: eviction ran
