@@ -17,6 +17,8 @@ import openvino_genai as g
 import pytest
 from openai import OpenAI
 
+from .conftest import wait_until
+
 pytestmark = pytest.mark.runtime
 
 DOCS = [
@@ -259,14 +261,31 @@ def test_admission_bound_answers_429_with_retry_after(encoder_models, server_fac
 
 
 def test_sigterm_drains_in_flight_requests(encoder_models, server_factory):
-    s = server_factory(encoder_models / "tiny-embed", "--embeddings-max-batch", "4")
+    s = server_factory(encoder_models / "tiny-embed", "--embeddings-max-batch", "1")
     big = {"input": ["the quick brown fox " * 20] * 256}
     with cf.ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(post, s.url + "/v3/embeddings", big, 120) for _ in range(8)]
-        time.sleep(0.5)
+        assert wait_until(lambda: s.metric("ovserve_requests_running") >= 1, 20)
         s.proc.send_signal(signal.SIGTERM)
+        in_flight = sum(not f.done() for f in futures)
         codes = [f.result()[0] for f in futures]
+    assert in_flight >= 2, "the requests finished before SIGTERM: nothing was drained"
     assert codes == [200] * 8
+    assert s.proc.wait(timeout=60) == 0
+
+
+def test_drain_deadline_ends_what_is_still_running_with_503(encoder_models, server_factory):
+    s = server_factory(encoder_models / "tiny-embed", "--embeddings-max-batch", "1", "--drain-timeout-seconds", "0.3")
+    big = {"input": ["the quick brown fox " * 20] * 1024}
+    with cf.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(post, s.url + "/v3/embeddings", big, 120) for _ in range(4)]
+        assert wait_until(lambda: s.metric("ovserve_requests_running") >= 1, 20)
+        s.proc.send_signal(signal.SIGTERM)
+        answers = [f.result() for f in futures]
+    ended = [body for code, body, _ in answers if code == 503]
+    assert ended, [code for code, _, _ in answers]
+    assert all(b["error"]["code"] == "server_shutting_down" for b in ended)
+    assert all(code in (200, 503) for code, _, _ in answers)
     assert s.proc.wait(timeout=60) == 0
 
 
