@@ -87,3 +87,62 @@ def test_a_broken_pipeline_fails_every_job_and_turns_fatal(faulty):
     assert engine.fatal and fatal and "device lost" in fatal[0]
     with pytest.raises(EngineError):
         engine.submit(Job(texts=["late"]))
+
+
+def test_a_broken_pipeline_over_http_answers_every_request_and_fails_liveness(encoder_models):
+    """The server's fatal path for a task serving (what cli.serve wires): every request in flight and every
+    later one gets an error, never a hang; readiness and liveness turn 503; the report says failed."""
+    from aiohttp.test_utils import TestClient, TestServer
+    from ovserve_runtime import tasks
+    from ovserve_runtime.http.app import App, ServerConfig, failed_state
+    from ovserve_runtime.report import (
+        Decision,
+        EmbeddingsReport,
+        PipelineReport,
+        RuntimeReport,
+        State,
+        Task,
+        TaskReport,
+    )
+    from ovserve_runtime.tasks.embeddings import Embeddings
+
+    path = str(encoder_models / "tiny-embed")
+    pipe = Faulty(g.TextEmbeddingPipeline(path, "CPU", INFERENCE_NUM_THREADS=1))
+    engine = make_engine(pipe, g.Tokenizer(path), max_batch=4, limit=128)
+    rep = EmbeddingsReport(pooling=Decision(value="CLS"), normalize=Decision(value="true"), dimensions=32)
+    service = Embeddings(engine, rep, "e", 128)
+    task = TaskReport(requested=Task.AUTO, resolved=Task.EMBEDDINGS, source="test")
+
+    async def go():
+        report = RuntimeReport(state=State.READY, model="e", pipeline=PipelineReport(), task=task)
+        app = App(ServerConfig(served_name="e"), report)
+        loop = asyncio.get_running_loop()
+
+        def on_fatal(message: str) -> None:
+            loop.call_soon_threadsafe(lambda: (app.set_report(failed_state(app.report, message)), app.fail(message)))
+
+        engine.on_fatal = on_fatal
+        engine.start()
+        app.attach(engine, 128)
+        tasks.attach(app, tasks.Loaded(engine, PipelineReport(), 128, task, rep, service))
+        async with TestClient(TestServer(app.web)) as client:
+            ok = await client.post("/v3/embeddings", json={"input": "hello"})
+            assert ok.status == 200
+            pipe.gate.clear()
+            pipe.broken.set()
+            in_flight = [
+                asyncio.ensure_future(client.post("/v3/embeddings", json={"input": f"x {i}"})) for i in range(6)
+            ]
+            await asyncio.sleep(0.2)
+            pipe.gate.set()
+            answers = await asyncio.wait_for(asyncio.gather(*in_flight), 30)
+            assert all(r.status >= 500 for r in answers), [r.status for r in answers]
+            late = await client.post("/v3/embeddings", json={"input": "late"})
+            assert late.status == 503
+            assert (await client.get("/v2/health/live")).status == 503
+            assert (await client.get("/v2/health/ready")).status == 503
+            status = await (await client.get("/v1/status")).json()
+            assert status["state"] == "failed" and "device lost" in status["pipeline"]["message"]
+        engine.stop()
+
+    asyncio.run(go())
