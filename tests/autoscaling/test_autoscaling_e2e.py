@@ -350,7 +350,8 @@ def test_operator_works_with_the_charts_autoscaling_rbac(cluster, start_operator
 def test_scaled_object_deleted_or_edited_by_hand_comes_back(cluster, operator, namespace):
     """The ScaledObject heals like the other children: re-created within 30 s of a delete, a hand edit of a
     rendered field reverted within 60 s (read on every status cycle: KEDA may be absent, so it is not watched)."""
-    spec = {"model": UNSTARTED, "nodeSelector": NOWHERE, "autoscaling": {"minReplicas": 1, "maxReplicas": 3, "target": 4}}
+    autoscaling = {"minReplicas": 1, "maxReplicas": 3, "target": 4}
+    spec = {"model": UNSTARTED, "nodeSelector": NOWHERE, "autoscaling": autoscaling}
     cluster.apply(llms("heal", spec), namespace)
     uid = cluster.wait_for(lambda: cluster.get("scaledobject", "heal", namespace), 60, "ScaledObject")["metadata"][
         "uid"
