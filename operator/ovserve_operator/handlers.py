@@ -538,8 +538,12 @@ async def refresh(
         missing_now = any(live[k] is None for k in drifted)
         edited = any(live[k] is not None for k in drifted)
         slot_freed = bool(held_hash) and CTX.budget.free()
+        # a refusal of this very spec (NameConflict: a foreign object of the child's name, a webhook, a quota)
+        # is retried slowly; a changed spec at once (reapply_due)
+        refused = memory.apply_error is not None and memory.apply_error.generation == generation
+        after = REFUSED_RETRY_S if refused else MISSING_REAPPLY_AFTER_S
         if (
-            (missing_now and statusqueue.reapply_due(memory, True, tick, MISSING_REAPPLY_AFTER_S, generation))
+            (missing_now and statusqueue.reapply_due(memory, True, tick, after, generation))
             or (edited and statusqueue.revert_due(memory, tick, REAPPLY_AFTER_S))
             or (slot_freed and statusqueue.reapply_due(memory, True, tick, REAPPLY_AFTER_S, generation))
         ):

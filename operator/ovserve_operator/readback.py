@@ -54,9 +54,10 @@ def choose(
 ) -> tuple[RuntimeReport | None, str]:
     """Combine the live report and the last termination report (pure).
 
-    A pod that failed before and is not ready now is reported as failed: otherwise a crash-looping
-    runtime would flap between Loading and Failed with every restart. A container that is ready now
-    is never reported by an old failure (its report may just be unreadable for a moment).
+    `terminated` is the termination report podview gives only while the container is not running (a
+    crash-looping runtime backing off reads its failure; one that runs again speaks for itself). A
+    container that is ready now is never reported by an old failure (its report may just be unreadable
+    for a moment).
     """
     if http_report is not None and http_report.state == State.READY:
         return http_report, "http"

@@ -373,6 +373,7 @@ def test_admission_bound_and_fatal_exit_through_the_cluster(cluster, truth_ns, t
     assert last["exitCode"] == 3
     report = json.loads(last["message"].strip().splitlines()[-1])
     assert report["state"] == "failed" and "engine process" in report["pipeline"]["message"], report
+    assert report["pipeline"]["reason"] == "EngineFailed", report  # a failure while serving, not of the load
     cluster.wait_for(lambda: status(cluster, truth_ns, name).get("phase") == "Ready", 120, "Ready again")
     assert asyncio.run(_burst(f"http://{ip}:8000", 1))[0][0] == 200
     cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false")
