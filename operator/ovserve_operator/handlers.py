@@ -193,6 +193,16 @@ async def runtime_services(body: kopf.Body, namespace: str, name: str, **_: Any)
     return {(namespace, name): _child_snapshot(body)}
 
 
+class _QuietChildEvents(logging.Filter):
+    """kopf logs every event handler's success at INFO: one line per Deployment status change is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "'_child_event' succeeded" not in record.getMessage()
+
+
+logging.getLogger("kopf.objects").addFilter(_QuietChildEvents())
+
+
 # An index drops a deleted object without calling its indexer: these mark the owner of a child deleted by
 # hand, so that it is re-applied at once (and the status says it is missing meanwhile).
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
