@@ -552,8 +552,11 @@ async def refresh(
         # is retried slowly; a changed spec at once (reapply_due)
         refused = memory.apply_error is not None and memory.apply_error.generation == generation
         after = REFUSED_RETRY_S if refused else MISSING_REAPPLY_AFTER_S
+        # the spec changed since the apiserver refused an apply (the user fixed it): at once, whatever the gates
+        fixed = bool(drifted) and memory.apply_error is not None and memory.apply_error.generation != generation
         if (
-            (missing_now and statusqueue.reapply_due(memory, True, tick, after, generation))
+            fixed
+            or (missing_now and statusqueue.reapply_due(memory, True, tick, after, generation))
             or (edited and statusqueue.revert_due(memory, tick, REAPPLY_AFTER_S))
             or (slot_freed and statusqueue.reapply_due(memory, True, tick, REAPPLY_AFTER_S, generation))
         ):
