@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .report import PipelineType
 
@@ -216,11 +216,13 @@ class Engine:
     capacity = 1  # requests generating at once (CB: max_num_seqs)
     in_process = True  # the pipeline runs in this process (not in an engine-core process)
 
-    def __init__(self, pipeline, kind: PipelineType) -> None:
+    def __init__(self, pipeline, kind: PipelineType, tokenizer=None) -> None:
+        """`pipeline`: None for a client whose pipeline runs elsewhere (engine_core.ProcessCBEngine), which
+        then brings its own `tokenizer`."""
         self.pipeline = pipeline
         self.kind = kind  # the resolved PipelineType
         self.is_vlm = kind in (PipelineType.VLM, PipelineType.VLM_CB)
-        self.tokenizer = pipeline.get_tokenizer()
+        self.tokenizer = tokenizer if tokenizer is not None else pipeline.get_tokenizer()
         self.token_table = None  # detok.TokenTable, built by the loader
         self.observed = None  # decisions.Observed, read back by the loader after the smoke generation
         self.speculative = None  # report.SpeculativeReport, set by the loader
@@ -229,6 +231,7 @@ class Engine:
         self.spec_counts = [0, 0, 0]  # decode steps, draft tokens proposed (where known), accepted (cumulative)
         self.fatal: str | None = None
         self.on_fatal: Callable[[str], None] | None = None
+        self.client_ids = False  # requests arrive numbered by a client (the engine-core process's parent)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._waiting = 0
@@ -312,8 +315,11 @@ class Engine:
         # under the lock: a request is either refused here or reached by _fail's drain, never lost between
         with self._lock:
             if self.fatal is not None:
+                if self.client_ids:  # the client numbered it and has heard "fatal": it answers the request
+                    return
                 raise EngineError(f"pipeline failed: {self.fatal}")
-            req.id = next(self._ids)
+            if not self.client_ids:
+                req.id = next(self._ids)
             self._waiting += 1
             self._enqueue(req)
 
@@ -402,13 +408,82 @@ class Engine:
             self._running -= 1
 
 
+class Sink(Protocol):
+    """Where a CBEngine's events go: the transport it is composed with. `emit` on the engine thread per event,
+    `flush` once per step, `gather` when the engine wakes from idle (let the rest of a burst arrive before the
+    first prefill); `out` holds the events not flushed yet."""
+
+    out: list
+
+    def emit(self, req: GenRequest, kind: str, value: Any) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def gather(self) -> None: ...
+
+
+class LoopSink:
+    """The in-process transport: a step's events go to the server's event loop in one callback."""
+
+    __slots__ = ("engine", "out")
+
+    def __init__(self, engine: CBEngine) -> None:
+        self.engine = engine
+        self.out: list[tuple[GenRequest, str, Any]] = []  # this step's events, delivered in one callback
+
+    def emit(self, req: GenRequest, kind: str, value: Any) -> None:
+        if req.loop is None or req.events is None:
+            req.emit(kind, value)  # not served by the event loop (the smoke probe)
+            return
+        req.record(kind)
+        self.out.append((req, kind, value))
+
+    def flush(self) -> None:
+        """Hand this step's events to the event loop in one callback, then give the loop two iterations
+        (ContinuousBatchingPipeline.step() holds the GIL in openvino-genai 2026.4, so the loop only runs
+        between steps): the handlers write their chunks and new requests are parsed before the next step.
+        Bounded, so that a busy loop cannot stall generation."""
+        out, self.out = self.out, []
+        loop = self.engine.loop
+        if loop is None or loop.is_closed():
+            for req, kind, value in out:  # no server loop attached (tests drive the engine directly)
+                req.loop.call_soon_threadsafe(req.events.put_nowait, (kind, value))
+            time.sleep(0)
+            return
+        if any(req.loop is not loop for req, _k, _v in out):  # requests from another loop: one by one
+            for req, kind, value in out:
+                req.loop.call_soon_threadsafe(req.events.put_nowait, (kind, value))
+            out = []
+        ev = threading.Event()
+        try:
+            loop.call_soon_threadsafe(_deliver, loop, out, ev)
+        except RuntimeError:  # the loop is closed: server shutting down
+            return
+        ev.wait(0.05)
+
+    def gather(self) -> None:
+        """Before the first step of a burst: let the rest of the burst arrive (one prefill step for all)."""
+        self.flush()
+
+
 class CBEngine(Engine):
     """One ContinuousBatchingPipeline; new requests join the running batch at the next step."""
 
     continuous_batching = True
 
-    def __init__(self, pipeline, kind: PipelineType, max_active: int = 256) -> None:
+    def __init__(
+        self,
+        pipeline,
+        kind: PipelineType,
+        max_active: int = 256,
+        sink: Callable[[CBEngine], Sink] | None = None,
+        client_ids: bool = False,
+    ) -> None:
+        """`sink`: makes the transport of this engine's events (default LoopSink: the server's event loop in
+        this process; engine_core.PipeSink: the pipe to the HTTP process). `client_ids`: keep the ids the
+        requests arrive with (the transport's client numbers them)."""
         super().__init__(pipeline, kind)
+        self.client_ids = client_ids
         self._inbox: queue.SimpleQueue[GenRequest] = queue.SimpleQueue()
         self._pending: collections.deque[GenRequest] = collections.deque()  # taken in, not yet added
         self._max_active = self.capacity = max(1, max_active)
@@ -419,8 +494,10 @@ class CBEngine(Engine):
         self._metrics = None
         self._usage = 0.0  # KV-cache usage (percent) of the last step; 0 once no request is in the pipeline
         self._dirty = False  # cancelled requests not yet dropped by a step
-        self._out: list[tuple[GenRequest, str, Any]] = []  # this step's events, delivered in one callback
         self.step_s: float | None = None  # a moving average of step() wall times
+        self.sink: Sink = (sink or LoopSink)(self)
+        # bound once: the step loop calls them per event and per step
+        self._emit, self._flush, self._yield_to_loop = self.sink.emit, self.sink.flush, self.sink.gather
 
     def base_config(self):
         return self._base
@@ -540,42 +617,8 @@ class CBEngine(Engine):
         if k:
             c[1] += max(0, min(k, req.max_new_tokens - req.generated - 1))
 
-    def _emit(self, req: GenRequest, kind: str, value: Any) -> None:
-        if req.loop is None or req.events is None:
-            req.emit(kind, value)  # not served by the event loop (the smoke probe)
-            return
-        req.record(kind)
-        self._out.append((req, kind, value))
-
-    def _flush(self) -> None:
-        """Hand this step's events to the event loop in one callback, then give the loop two iterations
-        (ContinuousBatchingPipeline.step() holds the GIL in openvino-genai 2026.4, so the loop only runs
-        between steps): the handlers write their chunks and new requests are parsed before the next step.
-        Bounded, so that a busy loop cannot stall generation."""
-        out, self._out = self._out, []
-        loop = self.loop
-        if loop is None or loop.is_closed():
-            for req, kind, value in out:  # no server loop attached (tests drive the engine directly)
-                req.loop.call_soon_threadsafe(req.events.put_nowait, (kind, value))
-            time.sleep(0)
-            return
-        if any(req.loop is not loop for req, _k, _v in out):  # requests from another loop: one by one
-            for req, kind, value in out:
-                req.loop.call_soon_threadsafe(req.events.put_nowait, (kind, value))
-            out = []
-        ev = threading.Event()
-        try:
-            loop.call_soon_threadsafe(_deliver, loop, out, ev)
-        except RuntimeError:  # the loop is closed: server shutting down
-            return
-        ev.wait(0.05)
-
     def _pending_work(self) -> bool:
         return self._dirty
-
-    def _yield_to_loop(self) -> None:
-        """Before the first step of a burst: let the rest of the burst arrive (one prefill step for all)."""
-        self._flush()
 
     def _run(self) -> None:
         pipe = self.pipeline
@@ -590,7 +633,7 @@ class CBEngine(Engine):
                 # so that they are prefilled in the same step
                 self._yield_to_loop()
                 self._admit()
-            if self._out and not self._active:
+            if self.sink.out and not self._active:
                 self._flush()  # refused or cancelled before starting: nothing will step for them
             # also step with nothing active: a cancelled request's KV blocks are released by a step
             if self._active or self._pending_work():

@@ -2,7 +2,9 @@
 
 ContinuousBatchingPipeline.step() holds the GIL (openvino-genai 2026.4), so an in-process engine serializes
 every HTTP-side operation with inference. Here the child owns the pipeline (the only copy of the weights)
-and runs the same CBEngine step loop; the HTTP process keeps only the tokenizer. One pipe between them:
+and runs the same CBEngine step loop, composed with another transport: a PipeSink (engine.Sink) instead of
+the in-process LoopSink, and ids given by the client; no engine class is specialised across the boundary. The
+HTTP process keeps only the tokenizer (ProcessCBEngine, an Engine without a pipeline). One pipe between them:
 
   HTTP -> core   ("add", id, [prompt ids], is_tensor, {generation config fields}, preparing)
                  ("preparing", n)  ("cancel", id)  ("stop",)  preparing, n: requests the HTTP side is still parsing
@@ -114,55 +116,48 @@ def config_from_dict(d: dict[str, Any]):
 # --- the child ---------------------------------------------------------------------------------
 
 
-class _CoreEngine(CBEngine):
-    """CBEngine whose events go into the pipe, one message per step."""
+class PipeSink:
+    """The engine-core process's transport (engine.Sink): a step's events as one message on the pipe, keyed by
+    the ids the HTTP process gave its requests, with the engine's counters."""
 
-    def __init__(self, pipeline, kind: PipelineType, conn, max_active: int) -> None:
-        super().__init__(pipeline, kind, max_active=max_active)
-        self.conn = conn
+    def __init__(self, engine: CBEngine, conn) -> None:
+        self.engine, self.conn = engine, conn
+        self.out: list[tuple[int, str, Any]] = []
         self.announced = 0  # from the latest "add" or "preparing": requests the HTTP side is still parsing
-        self.send_lock = threading.Lock()
+        self.lock = threading.Lock()
 
-    def submit(self, req: GenRequest) -> None:
-        """Keeps the parent's request id (events are keyed by it)."""
-        with self._lock:
-            if self.fatal is not None:  # the parent answers it: it has already heard "fatal"
-                return
-            self._waiting += 1
-            self._enqueue(req)
-
-    def _emit(self, req: GenRequest, kind: str, value: Any) -> None:
+    def emit(self, req: GenRequest, kind: str, value: Any) -> None:
         req.record(kind)
-        self._out.append((req.id, kind, value))
+        self.out.append((req.id, kind, value))
 
-    def _flush(self) -> None:
-        out, self._out = self._out, []
+    def flush(self) -> None:
+        out, self.out = self.out, []
         if out:
+            e = self.engine
             # the pipe write releases the GIL: the receiver thread takes in new requests there
-            self.send(
-                ("step", out, (self.waiting, self.running, self.cache_usage(), self.cache_bytes(), *self.spec_counts))
-            )
+            self.send(("step", out, (e.waiting, e.running, e.cache_usage(), e.cache_bytes(), *e.spec_counts)))
         else:
             time.sleep(0)  # let the receiver thread take in new requests
 
-    def _yield_to_loop(self) -> None:
+    def gather(self) -> None:
         """Idle -> busy: the requests of a burst arrive a little apart (the HTTP process parses and tokenizes
         them one by one); wait while they keep coming, so that one prefill step takes them all instead of
         the late ones waiting for a whole step of the early ones."""
-        self._flush()
+        self.flush()
+        inbox, step_s = self.engine._inbox, self.engine.step_s
         deadline = time.monotonic() + BURST_MAX_S
-        seen = self._inbox.qsize()
-        gap = BURST_GAP_S if self.step_s is None else min(BURST_GAP_S, max(BURST_GAP_MIN_S, self.step_s))
+        seen = inbox.qsize()
+        gap = BURST_GAP_S if step_s is None else min(BURST_GAP_S, max(BURST_GAP_MIN_S, step_s))
         while time.monotonic() < deadline:
             time.sleep(gap)
-            now = self._inbox.qsize()
+            now = inbox.qsize()
             # over when nothing came for a gap and the HTTP side said it was preparing no more
             if now == seen and self.announced <= 0:
                 return
             seen = now
 
     def send(self, msg) -> None:
-        with self.send_lock:
+        with self.lock:
             send(self.conn, msg)
 
 
@@ -193,7 +188,14 @@ def core_main(
 
         sc = SpeculativeConfig(**spec) if spec else None
         pipe = construct_cb(path, device, opts, props, sc)
-        engine = _CoreEngine(pipe, PipelineType(kind), conn, max_active=opts.effective_max_num_seqs())
+        engine = CBEngine(
+            pipe,
+            PipelineType(kind),
+            max_active=opts.effective_max_num_seqs(),
+            sink=lambda e: PipeSink(e, conn),
+            client_ids=True,
+        )
+        sink = engine.sink
         if sc is not None:
             engine.set_speculation(sc.generation_fields(), sc.counted)
     except Exception as exc:
@@ -201,7 +203,7 @@ def core_main(
         return
     base = engine.base_config()
     send(conn, ("ready", {"eos_token_id": base.eos_token_id, "stop_token_ids": set(base.stop_token_ids)}))
-    engine.on_fatal = lambda msg: engine.send(("fatal", msg))
+    engine.on_fatal = lambda msg: sink.send(("fatal", msg))
     engine.start()
     import numpy as np
     import openvino as ov
@@ -211,7 +213,7 @@ def core_main(
         while True:
             msg = recv(conn)
             if msg[0] == "add":
-                _, rid, ids, tensor, cfg, engine.announced = msg
+                _, rid, ids, tensor, cfg, sink.announced = msg
                 req = GenRequest(
                     config=config_from_dict(cfg),
                     max_new_tokens=cfg["max_new_tokens"],
@@ -222,13 +224,13 @@ def core_main(
                 reqs[rid] = req
                 engine.submit(req)
             elif msg[0] == "preparing":
-                engine.announced = msg[1]
+                sink.announced = msg[1]
             elif msg[0] == "cancel":
                 req = reqs.pop(msg[1], None)
                 if req is not None:
                     engine.cancel(req)
             elif msg[0] == "echo":  # the parent's reader hands over to its event loop after this
-                engine.send(("echo",))
+                sink.send(("echo",))
             elif msg[0] == "stop":
                 break
             if len(reqs) > 4096:  # forget finished requests (cancel of a finished one is a no-op)
@@ -253,23 +255,11 @@ class ProcessCBEngine(Engine):
     ):
         import openvino_genai as g
 
-        # no Engine.__init__: there is no pipeline here, only its tokenizer
-        self.kind = kind
-        self.is_vlm = False
+        # no pipeline here (it runs in the engine-core process): only its tokenizer. One thread: a tokenizer call
+        # is a tiny infer request, and with the plugin's default (all cores) its threads wait for the cores the
+        # engine process is using: 40-130 ms per encode() instead of 0.4 ms under load on 2 cores
+        super().__init__(None, kind, tokenizer=g.Tokenizer(path, INFERENCE_NUM_THREADS=1))
         self.capacity = sched.effective_max_num_seqs()
-        # one thread: a tokenizer call is a tiny infer request, and with the plugin's default (all cores) its
-        # threads wait for the cores the engine process is using: 40-130 ms per encode() instead of 0.4 ms
-        # under load on 2 cores
-        self.tokenizer = g.Tokenizer(path, INFERENCE_NUM_THREADS=1)
-        self.token_table = None
-        self.observed = None
-        self.speculative = None
-        self.speculation: dict[str, Any] = {}
-        self.spec_counted = False
-        self.fatal: str | None = None
-        self.on_fatal = None
-        self.loop = None
-        self._lock = threading.Lock()
         self._ids = iter(range(1, 1 << 62))
         self._reqs: dict[int, GenRequest] = {}
         self._stats: tuple = (0, 0, None, None, 0, 0, 0)
