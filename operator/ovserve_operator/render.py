@@ -146,6 +146,7 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
         "embeddings_matryoshka": emb.matryoshka,
         "embeddings_max_batch": emb.maxBatch,
         "rerank_max_documents": rerank.maxDocuments,
+        "inference_precision": spec.inferencePrecision,
         **_eviction_flags(sched),
         **_speculative_flags(name, spec),
     }

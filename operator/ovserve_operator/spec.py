@@ -711,6 +711,12 @@ class LLMServingSpec(_Strict):
     speculative: Speculative | None = Field(
         None, description="Speculative decoding: a draft model or prompt lookup (LM_CB only; docs/operator.md)."
     )
+    inferencePrecision: Literal["AUTO", "f32", "bf16", "f16"] | None = Field(
+        None,
+        description="INFERENCE_PRECISION_HINT of the model (and of a draft): AUTO (the plugin's: bf16 on a CPU with "
+        "AMX/AVX512-BF16, f16 on a GPU), f32, bf16, f16; status.decisions.inferencePrecision says what runs. "
+        "Greedy output with speculation equals the output without it token for token in f32.",
+    )
 
     @model_validator(mode="after")
     def _speculative_pipeline(self) -> LLMServingSpec:

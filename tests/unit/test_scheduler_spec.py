@@ -75,3 +75,13 @@ def test_scheduler_options_build_the_genai_config():
         "start 32, recent 128, max 300 tokens, NORM_SUM"
     )
     assert SchedulerOptions(kv_cache_precision="AUTO").properties() == {}
+
+
+@pytest.mark.parametrize(
+    "value,args", [(None, []), ("f32", ["--inference-precision", "f32"]), ("AUTO", ["--inference-precision", "AUTO"])]
+)
+def test_inference_precision(value, args):
+    extra = {"inferencePrecision": value} if value else {}
+    got = render.runtime_args("llm", api.parse_spec({"model": HOST, **extra}), 30)
+    assert (" ".join(args) in " ".join(got)) if args else "--inference-precision" not in got
+    from_sources(vars(build_parser().parse_args(got)), {})
