@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import urllib.request
 
 import pytest
@@ -186,7 +187,7 @@ def test_flags_refuse_contradictions():
         ["--draft-model-path", "/x", "--num-assistant-tokens", "3", "--assistant-confidence-threshold", "0.5"],
     ):
         proc = subprocess.run(
-            ["python", "-m", "ovserve_runtime", "--model-path", "/m", *args],
+            [sys.executable, "-m", "ovserve_runtime", "--model-path", "/m", *args],
             capture_output=True,
             text=True,
             env=runtime_env(),
