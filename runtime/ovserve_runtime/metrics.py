@@ -90,7 +90,7 @@ class Metrics:
         )
         self.spec_rate = Gauge(
             "ovserve_speculative_acceptance_rate",
-            "accepted / proposed draft tokens since start (draft with a fixed count); absent before any",
+            "accepted / proposed draft tokens since start (draft with a fixed count); 0 until a token was proposed",
             registry=r,
         )
         self._spec_seen = (0, 0, 0)
