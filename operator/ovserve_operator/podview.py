@@ -98,12 +98,23 @@ def is_running(pod: Pod) -> bool:
     return (container_status(pod).get("state") or {}).get("running") is not None
 
 
+def ready_since_start(pod: Pod) -> bool:
+    """The runtime container has been ready since it last started: the pod's ContainersReady condition changed
+    after the container's start (to True, or from True back to False). Timestamps are whole seconds: a
+    change in the very second of the start is taken as the restart's own (not ready)."""
+    started = ((container_status(pod).get("state") or {}).get("running") or {}).get("startedAt") or ""
+    changed = _condition(pod, "ContainersReady").get("lastTransitionTime") or ""
+    return bool(started and changed and changed > started)
+
+
 def termination_report(pod: Pod) -> RuntimeReport | None:
     """The runtime report in the runtime container's current or last termination message, if any. The last
-    one is trusted only while the container is not running: a restarted runtime that runs again speaks for
-    itself (/v1/status), and its previous failure must not make it Failed again when it is briefly unready."""
+    one is trusted only while the container is not running, or runs again but has not been ready since: a
+    crash-looping runtime that loads again between its failures stays failed (no flapping to Loading), while a
+    recovered one speaks for itself (/v1/status) and its previous failure never makes it Failed again when it
+    is briefly unready."""
     cs = container_status(pod)
-    if "running" in (cs.get("state") or {}):
+    if "running" in (cs.get("state") or {}) and (container_ready(pod) or ready_since_start(pod)):
         return None
     for key in ("state", "lastState"):
         terminated = (cs.get(key) or {}).get("terminated") or {}

@@ -54,8 +54,9 @@ def choose(
 ) -> tuple[RuntimeReport | None, str]:
     """Combine the live report and the last termination report (pure).
 
-    `terminated` is the termination report podview gives only while the container is not running (a
-    crash-looping runtime backing off reads its failure; one that runs again speaks for itself). A
+    `terminated` is the termination report podview gives only while the container is not running or has
+    not been ready since it restarted (a crash-looping runtime reads its failure; one that recovered speaks
+    for itself). A
     container that is ready now is never reported by an old failure (its report may just be unreadable
     for a moment).
     """

@@ -47,20 +47,29 @@ def reading_of(p, http_report=None, error=""):
     return Reading(rep, source, error)
 
 
+STARTED = "2026-12-03T00:00:00Z"  # podfixtures' running.startedAt
+
+
 @pytest.mark.parametrize(
-    "running, waiting, want_reason",
+    "running, waiting, ready_changed, want_reason",
     [
-        # recovered and running again, briefly unready, /v1/status times out: not the old failure
-        (True, None, "Loading"),
+        # recovered (ready since its restart), now briefly unready and /v1/status times out: not the old failure
+        (True, None, "2026-12-03T00:05:00Z", "Loading"),
+        # restarted and loading again, never ready since: still the failure (a crash loop does not flap)
+        (True, None, "2026-12-02T23:59:00Z", "ModelLoadFailed"),
         # not running (backing off after the failure): the termination report is the news
-        (False, ("CrashLoopBackOff", "back-off 10s"), "ModelLoadFailed"),
+        (False, ("CrashLoopBackOff", "back-off 10s"), None, "ModelLoadFailed"),
     ],
 )
-def test_last_termination_report_trusted_only_while_not_running(running, waiting, want_reason):
+def test_last_termination_report_not_trusted_once_the_container_recovered(running, waiting, ready_changed, want_reason):
     p = pod("a", ready=False, running=running, waiting=waiting, last_terminated_message=LOAD_FAILED.to_line())
+    if ready_changed:
+        p["status"]["conditions"].append(
+            {"type": "ContainersReady", "status": "False", "lastTransitionTime": ready_changed}
+        )
     status = compute([p], {"a": reading_of(p, error=TIMEOUT if running else "")})
     assert ready(status)[1] == want_reason
-    assert status["phase"] == ("Loading" if running else "Failed")
+    assert status["phase"] == ("Loading" if want_reason == "Loading" else "Failed")
 
 
 @pytest.mark.parametrize("size", [10_000, 4_200, 100])
