@@ -266,5 +266,9 @@ def test_gpu_rollout_fits_a_pool_sized_to_the_replicas(
             return pending and "gpu.intel.com/i915" in pending[0] and pending
 
         cluster.wait_for(stuck, 90, "the surge pod unschedulable (no free GPU)")
-        st = status(cluster, namespace, "pool")
-        assert (st.get("previous") or {}).get("readyReplicas") == 2 and st.get("readyReplicas") == 0, st
+
+        def old_pods_serve():  # the status follows the pods on its next refresh, not at once
+            st = status(cluster, namespace, "pool")
+            return (st.get("previous") or {}).get("readyReplicas") == 2 and st.get("readyReplicas") == 0 and st
+
+        cluster.wait_for(old_pods_serve, 60, "status: the 2 old pods serving apart, none of the new spec ready")
