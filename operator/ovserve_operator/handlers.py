@@ -353,6 +353,7 @@ async def apply_children(
     finally:
         memory.applied_at = time.monotonic()
     memory.apply_error = None
+    memory.applied_generation = generation
     return applied
 
 
@@ -546,7 +547,9 @@ async def refresh(
             drifted.pop("Deployment", None)
         tick = time.monotonic()
         missing_now = any(live[k] is None for k in drifted)
-        edited = any(live[k] is not None for k in drifted)
+        # a live child that differs from what this very generation rendered and applied: edited by hand (a newer
+        # spec is kopf's reconcile to apply, not a revert)
+        edited = any(live[k] is not None for k in drifted) and memory.applied_generation == generation
         slot_freed = bool(held_hash) and CTX.budget.free()
         # a refusal of this very spec (NameConflict: a foreign object of the child's name, a webhook, a quota)
         # is retried slowly; a changed spec at once (reapply_due)

@@ -86,6 +86,7 @@ class Memory:
     last_status: dict[str, Any] | None = None
     applied_at: float | None = None  # monotonic
     reverted_at: float | None = None  # monotonic: the last re-apply for a hand edit of a live child
+    applied_generation: int | None = None  # the generation whose children were last applied
     apply_error: ApplyError | None = None
     mount_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> message
     events_read_at: dict[str, float] = dataclasses.field(default_factory=dict)  # pod uid -> monotonic
