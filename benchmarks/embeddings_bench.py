@@ -54,19 +54,9 @@ class EmbedServer:
         cmd += ["--termination-log", os.devnull, "--log-level", "WARNING", *extra]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"server exited {self.proc.returncode}: {self.proc.stderr.read()[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        self.proc.kill()
-        raise SystemExit("server not ready")
+        from runtime_bench import wait_ready  # the script's directory is on sys.path, as for speculative_bench
+
+        wait_ready(self.proc, self.url, 300)
 
     def status(self) -> dict:
         with urllib.request.urlopen(self.url + "/v1/status", timeout=5) as r:

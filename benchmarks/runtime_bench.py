@@ -321,6 +321,23 @@ class Runtime(BaseModel):
         return [str(path)], None
 
 
+def wait_ready(proc: subprocess.Popen, url: str, timeout: float) -> None:
+    """Wait until the runtime at url answers ready; exit with its stderr if it dies, kill it on the timeout."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise SystemExit("server not ready")
+
+
 class Server:
     def __init__(
         self, model: str, ptype: str, threads: int, extra: list[str] | None = None, runtime: Runtime | None = None
@@ -335,19 +352,7 @@ class Server:
         cmd += extra or []
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
         self.url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 600
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"server exited {self.proc.returncode}: {self.proc.stderr.read()[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        self.proc.kill()
-        raise SystemExit("server not ready")
+        wait_ready(self.proc, self.url, 600)
 
     def pids(self) -> tuple[int, list[int]]:
         """(the server, its children: the engine-core process and multiprocessing's resource tracker)."""
