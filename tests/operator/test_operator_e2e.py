@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -364,6 +365,17 @@ def test_auto_on_sdpa_model_resolves_cb(cluster, operator, namespace, runtime):
     assert st["observedGeneration"] == cluster.get("llmserving", "cb", namespace)["metadata"]["generation"]
     cluster.wait_for(lambda: has_event(cluster, namespace, "cb", "Normal", "Ready"), 30, "Normal Ready event")
     assert not has_event(cluster, namespace, "cb", "Warning", "PipelineFallback")
+    # what the pod can serve, read back from its runtime (continuous batching: logprobs too)
+    caps = st["capabilities"]
+    assert (caps["structuredOutput"], caps["logprobs"], caps["images"], caps["task"]) == (
+        True,
+        True,
+        False,
+        "text-generation",
+    )
+    assert caps["maxContext"] > 0 and caps.get("toolParser") is None
+    described = cluster.kubectl("describe", "llmserving", "cb", "-n", namespace).stdout
+    assert "Capabilities:" in described and re.search(r"Structured Output:\s+true", described), described
 
 
 def test_auto_on_sdpa_free_model_falls_back_visibly(cluster, operator, namespace, runtime):
@@ -423,6 +435,8 @@ def test_lm_pinned_runs_legacy(cluster, operator, namespace, runtime):
     r = row(cluster, namespace, "lm")
     assert (r["REQUESTED"], r["RESOLVED"], r["FALLBACK"]) == ("LM", "LM", "")
     assert st["pipeline"]["continuousBatching"] is False and st["pipeline"]["fallback"] is False
+    caps = st["capabilities"]  # the legacy pipeline: structured output yes, logprobs refused
+    assert (caps["structuredOutput"], caps["logprobs"]) == (True, False)
 
 
 # --------------------------------------------------------------------------- RBAC (what the chart must grant)
