@@ -150,7 +150,9 @@ async def llmservings(body: kopf.Body, namespace: str, name: str, **_: Any) -> d
     }
 
 
-@kopf.index("pods", labels=RUNTIME_POD_LABELS)
+# Group and version given: a bare "pods" makes kopf scan every API group, and one unavailable aggregated API
+# (a stopped metrics adapter whose APIService is still registered) crash-looped the operator at start.
+@kopf.index("", "v1", "pods", labels=RUNTIME_POD_LABELS)
 async def runtime_pods(body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> dict:
     owner = labels[render.LABEL_OWNER]
     _mark(namespace, owner)
