@@ -322,11 +322,13 @@ class Runtime(BaseModel):
 
 
 def wait_ready(proc: subprocess.Popen, url: str, timeout: float) -> None:
-    """Wait until the runtime at url answers ready; exit with its stderr if it dies, kill it on the timeout."""
+    """Wait until the runtime at url answers ready; exit with its stderr (when piped) if it dies, kill it on the
+    timeout. soak_bench and embeddings_bench use it too."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            tail = proc.stderr.read()[-2000:] if proc.stderr else "(see its log)"
+            raise SystemExit(f"server exited {proc.returncode}: {tail}")
         try:
             with urllib.request.urlopen(url + "/v2/health/ready", timeout=2) as r:
                 if r.status == 200:

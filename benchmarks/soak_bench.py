@@ -43,6 +43,8 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+from runtime_bench import wait_ready  # the script's directory is on sys.path
+
 MODELS = Path(os.environ.get("OVSERVE_MODELS") or "/var/cache/ovserve/models")
 
 # Invalid requests (each must be a 4xx with {"error": {...}}); chat unless the path says otherwise.
@@ -118,21 +120,6 @@ def metrics(url: str) -> dict[str, float]:
         if key.startswith("ovserve_requests_total{"):
             out["status " + key.split('status="', 1)[1].split('"', 1)[0]] += float(value)
     return out
-
-
-def wait_ready(url: str, proc: subprocess.Popen | None, timeout: float = 300) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc is not None and proc.poll() is not None:
-            raise SystemExit(f"the runtime exited {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/v2/health/ready", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"{url} not ready after {timeout}s")
 
 
 class Soak:
@@ -373,7 +360,7 @@ def main() -> int:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         pid = proc.pid
     try:
-        wait_ready(url, proc)
+        wait_ready(proc, url, 300)
         served = args.served_name
         if not served:
             with urllib.request.urlopen(url + "/v3/models", timeout=10) as r:
