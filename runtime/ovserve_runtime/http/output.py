@@ -152,6 +152,7 @@ class StreamOutput:
         greq, chunks = self.greq, self.chunks
         out = [chunks.first()] if chunks.chat else []  # not yet written: the role chunk goes with the first text
         finish: str | None = "stop"
+        failed: bytes | None = None  # the error event: it goes after the text generated before it
         pending = [first_event]
         try:
             while True:
@@ -178,12 +179,13 @@ class StreamOutput:
                             greq.sink = self.sink
                     continue
                 if kind == "error":
-                    out.append(chunks.error(event_error(value)))
+                    failed = chunks.error(event_error(value))
                     finish = None
                 else:
                     finish = value
                 break
-            tail = self.take_held() + (self.detok.flush() if finish is not None else "")  # none after an error
+            # the held text goes out, also before an error; the detokenizer's pending bytes only at a finish
+            tail = self.take_held() + (self.detok.flush() if finish is not None else "")
             if (tail or (self.lp is not None and self.lp[0])) and (data := self._text_chunk(tail)):
                 out.append(data)
             if finish is not None and self.parse is not None:
@@ -191,6 +193,8 @@ class StreamOutput:
                 finish = assistant.finish_reason(self.parse.plan, finish, self.parse.calls)
             if self.lp is not None and self.lp[0]:  # tokens whose text the parser held to the end
                 out.append(chunks.fields({}, logprobs=self._take_logprobs()))
+            if failed is not None:  # last before [DONE]: clients read the event before the end as the outcome
+                out.append(failed)
             if finish is not None:
                 out.append(chunks.finish(finish))
             if chunks.include_usage:
