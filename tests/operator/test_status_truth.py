@@ -214,6 +214,29 @@ def test_missing_token_secret_shows_the_kubelets_message(cluster, truth_ns, trut
 # ------------------------------------------------------------------------------------------- the runtime
 
 
+def test_oom_killed_runtime_is_named_with_its_memory_limit(cluster, truth_ns, truth_operator, truth_models):
+    """A memory limit the runtime cannot start in: the kernel kills it (the kubelet's OOMKilled), and the
+    status says so with the limit, not a bare crash loop."""
+    name = "oom"
+    limit = "40Mi"  # the runtime's Python and OpenVINO imports alone take more
+    spec = {"model": pvc_model("tiny-llm"), "resources": {"requests": {"memory": limit}, "limits": {"memory": limit}}}
+    cluster.apply(llms(name, spec), truth_ns)
+    try:
+        st = wait_reason(cluster, truth_ns, name, "OOMKilled", 120)
+        msg = condition(st, "Ready")["message"]
+        assert "OOMKilled" in msg and f"memory limit {limit}" in msg, msg
+        pod = first_pod(cluster, truth_ns, name)
+        cs = pod["status"]["containerStatuses"][0]
+        killed = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated") or {}
+        assert killed.get("reason") == "OOMKilled", cs  # what the kubelet saw, not a guess of the operator's
+        r = row(cluster, truth_ns, name)
+        assert (r["PHASE"], r["READY"]) == ("Failed", "0/1"), r
+        assert wide(cluster, truth_ns, name)["REASON"] == "OOMKilled"
+        cluster.wait_for(lambda: "OOMKilled" in reasons(cluster, truth_ns, name, "Warning"), 30, "Warning OOMKilled")
+    finally:
+        cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false", check=False)
+
+
 def test_init_container_failing_once_then_succeeding_ends_ready(cluster, truth_ns, truth_operator, hub, project_image):
     name = "hf-once"
     cluster.kubectl("create", "secret", "generic", "hf", "-n", truth_ns, f"--from-literal=token={hub['token']}")
