@@ -9,12 +9,14 @@ Everything is asserted through what a user reads: `kubectl get llmserving` colum
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -233,6 +235,63 @@ def test_oom_killed_runtime_is_named_with_its_memory_limit(cluster, truth_ns, tr
         assert (r["PHASE"], r["READY"]) == ("Failed", "0/1"), r
         assert wide(cluster, truth_ns, name)["REASON"] == "OOMKilled"
         cluster.wait_for(lambda: "OOMKilled" in reasons(cluster, truth_ns, name, "Warning"), 30, "Warning OOMKilled")
+    finally:
+        cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false", check=False)
+
+
+def _container_processes(cluster, namespace: str, pod: str) -> list[int]:
+    """PIDs of the pod's runtime container on this node, now: its cgroup is named by the container ID, which
+    changes with each restart."""
+    st = (cluster.get("pod", pod, namespace) or {}).get("status") or {}
+    ids = [c["containerID"].split("://")[-1] for c in st.get("containerStatuses") or [] if c.get("containerID")]
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cgroup = (d / "cgroup").read_text()
+        except OSError:
+            continue
+        if any(i in cgroup for i in ids):
+            found.append(int(d.name))
+    return found
+
+
+def test_one_crash_looping_replica_of_a_serving_is_degraded_not_failed(cluster, truth_ns, truth_operator, truth_models):
+    """Two replicas Ready, then one pod's runtime is killed over and over (its container's processes, from the
+    node): the kubelet's crash loop on one pod while the other serves reads Degraded, with counts, and recovers."""
+    name = "degraded"
+    cluster.apply(llms(name, {"model": pvc_model("tiny-llm"), "replicas": 2}), truth_ns)
+    try:
+        cluster.wait_for(lambda: row(cluster, truth_ns, name).get("READY") == "2/2", 300, f"{name} 2/2")
+        victim = sorted(
+            (
+                p
+                for p in cluster.get("pods", namespace=truth_ns)["items"]
+                if p["metadata"]["labels"].get("ovserve.dev/llmserving") == name
+            ),
+            key=lambda p: p["metadata"]["name"],
+        )[0]
+        victim_name = victim["metadata"]["name"]
+        assert _container_processes(cluster, truth_ns, victim_name), "the runtime's processes are on this node"
+
+        def killed_and_degraded():
+            for pid in _container_processes(cluster, truth_ns, victim_name):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            st = status(cluster, truth_ns, name)
+            return condition(st, "Ready").get("reason") == "Degraded" and st
+
+        st = cluster.wait_for(killed_and_degraded, 120, f"{name}: Degraded")
+        ready = condition(st, "Ready")
+        assert ready["status"] == "False", ready  # not every replica serves (the phase says traffic flows)
+        assert ready["message"].startswith("1/2 replicas ready; 1 failing") and victim_name in ready["message"], ready
+        r = row(cluster, truth_ns, name)
+        assert (r["PHASE"], r["READY"]) == ("Degraded", "1/2"), r
+        cluster.wait_for(lambda: "Degraded" in reasons(cluster, truth_ns, name), 30, "a Degraded event")
+        # left alone, the kubelet's restart brings it back: Ready again, 2/2
+        cluster.wait_for(lambda: row(cluster, truth_ns, name).get("READY") == "2/2", 300, f"{name} 2/2 again")
+        assert status(cluster, truth_ns, name)["phase"] == "Ready"
     finally:
         cluster.kubectl("delete", "llmserving", name, "-n", truth_ns, "--wait=false", check=False)
 
