@@ -6,7 +6,8 @@ VENV := .venv
 export OVSERVE_CLUSTER_DIR ?= /tmp/ovserve-cluster
 export OVSERVE_NETNS ?= ovserve
 
-.PHONY: demo test down lint unit deps binaries addons autoscaling venv models demo-models images image up status crds
+.PHONY: demo test down lint unit deps binaries addons autoscaling venv models demo-models images image up status crds \
+	kwok scale-bench
 # The demo builds only what it shows: the control plane and helm, two tiny models and the images; not the
 # Python venv (the tests' and benchmarks'), nor KEDA and Prometheus (`make autoscaling`). The three build
 # in parallel: the Go builds keep the CPU busy while the others mostly download (the exporter venv, the
@@ -36,6 +37,15 @@ binaries:  ## the control plane, etcd, helm and the fake GPU device plugin (~9 m
 
 addons:  ## KEDA and Prometheus, for autoscaling (~12 min cold; make test and tests/autoscaling need them)
 	hack/build-addons.sh
+
+kwok:  ## kwok, simulated nodes for the operator's scale benchmark only (~2-5 min cold; optional)
+	hack/build-kwok.sh
+
+# The operator at N LLMServings on 120 simulated nodes of a bench-only control plane (hack/scale/cluster.sh, its
+# own network namespace; never the shared cluster): docs/operator.md "Scale". N=1000 takes ~5 min here.
+N ?= 1000
+scale-bench: binaries kwok venv  ## the operator scale benchmark: make scale-bench N=1000 [SCALE_ARGS=...]
+	$(VENV)/bin/python benchmarks/operator_bench.py --scale $(N) $(SCALE_ARGS)
 
 autoscaling: addons up  ## KEDA and Prometheus running on the local cluster (docs/autoscaling.md)
 	hack/cluster.sh autoscaling on

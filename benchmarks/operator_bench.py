@@ -18,6 +18,9 @@ and the operator's RSS (VmRSS / VmHWM from /proc) before and after. Prints a tab
 waits out its deadline. They settle at Ready reason ReadbackFailed. /healthz is polled every 0.5 s meanwhile:
 the bench prints the largest heartbeat age seen and whether it ever answered 503 (it must not: the status
 loop's heartbeat must reflect the loop, not the slowest pod). One node runs at most ~100 such pods.
+
+`--scale N` is the scale benchmark instead (benchmarks/operator_scale.py: N objects on 120 simulated kwok nodes
+of a bench-only control plane, hack/scale/cluster.sh, which it starts and stops; `make scale-bench N=...`).
 """
 
 from __future__ import annotations
@@ -119,8 +122,23 @@ def main() -> int:
     )
     ap.add_argument("--silent", type=int, default=0, help="objects whose runtime pod never answers /v1/status")
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--keep", action="store_true", help="keep the namespace")
+    ap.add_argument("--keep", action="store_true", help="keep the namespace (with --scale: the bench cluster)")
+    scale = ap.add_argument_group("scale benchmark (--scale N)")
+    scale.add_argument("--scale", type=int, default=0, help="N LLMServings on simulated nodes (operator_scale.py)")
+    scale.add_argument("--nodes", type=int, default=120, help="simulated nodes")
+    scale.add_argument("--gpu-nodes", type=int, default=24, help="simulated nodes with gpu.intel.com/i915")
+    scale.add_argument("--tenants", type=int, default=10, help="namespaces the objects are spread over")
+    scale.add_argument("--probe", type=int, default=20, help="objects created one by one at full scale")
+    scale.add_argument(
+        "--steady", type=float, default=75, help="seconds of steady state measured (more than the 60 s heartbeat)"
+    )
+    scale.add_argument("--failover-timeout", type=float, default=600)
+    scale.add_argument("--failover-tail", type=float, default=15, help="seconds measured after every pod was read")
+    scale.add_argument("--operator-src", type=Path, default=ROOT, help="a checkout whose operator runs (before/after)")
+    scale.add_argument("--log-dir", default=f"/tmp/ovserve-scale-logs-{os.getpid()}")
     args = ap.parse_args()
+    if args.scale:
+        return scale_main(args)
 
     if args.silent:  # built on the host network, before entering the cluster's namespace
         subprocess.run(["bash", str(ROOT / "hack" / "images.sh"), "standin"], check=True, stdout=subprocess.DEVNULL)
@@ -303,6 +321,24 @@ def main() -> int:
     print(f"operator log                 {log.name}")
     print(json.dumps(result))
     return 0 if result["all_observed_s"] is not None else 1
+
+
+def scale_main(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import operator_scale
+
+    cluster = ROOT / "hack" / "scale" / "cluster.sh"
+    subprocess.run([str(cluster), "down"], check=True, capture_output=True)  # a fresh etcd for every run
+    subprocess.run([str(cluster), "up"], check=True)
+    try:
+        enter_netns(os.environ.get("OVSERVE_SCALE_NETNS", "ovserve-scale"))
+        result = asyncio.run(operator_scale.run(args))
+    finally:
+        if not args.keep:
+            subprocess.run([str(cluster), "down"], check=False)
+    operator_scale.report(result)
+    return 0 if result["load"]["all_settled_s"] is not None else 1
 
 
 if __name__ == "__main__":

@@ -10,26 +10,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
-log() { printf '[build-addons %s] %s\n' "$(date +%T)" "$*" >&2; }
-command -v go >/dev/null || { echo "go is required (Go >= 1.26 for KEDA $KEDA_VERSION)" >&2; exit 1; }
-export GOFLAGS="${ADDONS_GOFLAGS:--p=1} -buildvcs=false"   # modest parallelism: this machine is shared
-
-module_src() { # module version -> prints a writable copy of the module's source
-  local W="$OVSERVE_CACHE/gobuild/$(basename "$1")-$2"
-  if [ ! -f "$W/src/go.mod" ]; then
-    log "downloading $1@$2"
-    local dir; dir=$(go mod download -json "$1@$2" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
-    rm -rf "$W"; mkdir -p "$W"; cp -r "$dir" "$W/src.tmp"; chmod -R u+w "$W/src.tmp"; mv "$W/src.tmp" "$W/src"
-  fi
-  echo "$W/src"
-}
-
-build() { # dest-dir name package ldflags (run inside the module copy)
-  [ -x "$1/$2" ] && return
-  log "building $2"
-  CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags="$4" -o "$1/$2.tmp" "$3"
-  mv "$1/$2.tmp" "$1/$2"
-}
+# shellcheck source=gobuild.sh
+. "$here/gobuild.sh"
 
 mkdir -p "$KEDA_BIN_DIR" "$PROM_BIN_DIR"
 if ! { [ -x "$KEDA_BIN_DIR/keda-operator" ] && [ -x "$KEDA_BIN_DIR/keda-adapter" ] && [ -d "$KEDA_BIN_DIR/rbac" ]; }; then
