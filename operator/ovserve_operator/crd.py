@@ -97,11 +97,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Cluster URL of the OpenAI-compatible API.",
     },
     {
-        "name": "Computed",
+        "name": "Changed",
         "type": "date",
         "priority": 1,
         "jsonPath": ".status.computedAt",
-        "description": "When the operator last computed the status (refreshed every minute; older = no operator).",
+        "description": "When the status last changed (it is written only on change; the operator's Lease tells "
+        "whether one runs).",
     },
 ]
 

@@ -2,10 +2,10 @@
 
 - create / update / resume: render the Deployment + Service and server-side apply them.
 - indexes of the LLMServings, their runtime pods and their Deployments; every indexed event marks
-  the owning LLMServing dirty.
+  the owning LLMServing dirty, except the echo of the operator's own status patch (echo.py).
 - one status controller task (statusqueue.StatusController, started at startup): for every LLMServing
   that is dirty or due, `refresh` reads the runtime reports (and, for pods stuck creating, their mount
-  Events), recomputes the whole status, patches it when it changed (or its heartbeat is due), posts the
+  Events), recomputes the whole status, patches it only when it changed (no heartbeat), posts the
   Events of the condition transitions, and re-applies the children if they drifted or vanished. No
   per-object daemon, hence no finalizer: deleting an LLMServing never waits for the operator, and the
   children go by garbage collection (ownerReferences).
@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from . import (
     autoscaling_io,
     drift,
+    echo,
     networkpolicy,
     ownership,
     podview,
@@ -69,6 +70,7 @@ class _Context:
         self.health = HealthState()
         self.queue = statusqueue.WorkQueue(self.settings.status_interval_s)
         self.memories = statusqueue.Memories(self.settings.readback_grace_s)
+        self.own_writes = echo.OwnWrites()
         self.task: asyncio.Task | None = None
         self.events_forbidden = False  # RBAC without `list events`: stop asking, say it once
         self.budget = rolloutbudget.RolloutBudget(self.settings.rollout_budget, self.settings.rollout_budget_timeout_s)
@@ -81,6 +83,7 @@ def configure(settings: Settings, kube: Kube, health: HealthState) -> None:
     CTX.settings, CTX.kube, CTX.health = settings, kube, health
     CTX.queue = statusqueue.WorkQueue(settings.status_interval_s)
     CTX.memories = statusqueue.Memories(settings.readback_grace_s)
+    CTX.own_writes = echo.OwnWrites()
     CTX.budget = rolloutbudget.RolloutBudget(settings.rollout_budget, settings.rollout_budget_timeout_s)
 
 
@@ -129,7 +132,10 @@ def _pod_snapshot(body: kopf.Body) -> dict[str, Any]:
 
 @kopf.index(api.GROUP, api.VERSION, api.PLURAL)
 async def llmservings(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict:
-    _mark(namespace, name)
+    if CTX.own_writes.is_echo((namespace, name), body):
+        CTX.health.inc("ovserve_operator_status_echoes_total")  # our own patch: nothing to refresh
+    else:
+        _mark(namespace, name)
     meta = body.get("metadata") or {}
     return {
         (namespace, name): copy.deepcopy(
@@ -228,6 +234,7 @@ async def _startup(
     CTX.queue.wake.set()
 
     async def refresh_one(key: statusqueue.Key, snapshot: dict[str, Any]) -> None:
+        CTX.health.inc("ovserve_operator_status_refreshes_total")
         await refresh(
             snapshot, pods_index=runtime_pods, deployments_index=runtime_deployments, services_index=runtime_services
         )
@@ -269,6 +276,7 @@ async def _cleanup(**_: Any) -> None:
 def _forget(key: statusqueue.Key) -> None:
     """A deleted LLMServing: drop what the controller and the autoscaling hook remember of it."""
     CTX.memories.forget(key)
+    CTX.own_writes.forget(key)
     CTX.budget.forget(key)
     autoscaling_io.forget(*key)
 
@@ -467,7 +475,7 @@ async def refresh(
     key = (namespace, name)
     memory = CTX.memories.of(key, uid)
     generation = meta.get("generation")
-    current = copy.deepcopy(obj.get("status") or {})
+    current = statusqueue.stored_status(obj, memory)
     previous = memory.last_status or current
     now = dt.datetime.now(dt.UTC)
     try:
@@ -573,11 +581,17 @@ async def refresh(
             except Exception as e:
                 logger.warning("%s/%s: re-apply failed: %s", namespace, name, error_text(e))
 
-    if not statusqueue.needs_patch(result.status, current, memory.last_status, CTX.settings.status_heartbeat_s):
+    if not statusqueue.needs_patch(result.status, current, memory.last_status):
         return False
     kube = _kube()
-    await asyncio.to_thread(kube.patch_status, namespace, name, status.status_patch(result.status, current))
+    CTX.own_writes.writing(key, result.status)  # before sending: its echo may arrive before the call returns
+    try:
+        await asyncio.to_thread(kube.patch_status, namespace, name, status.status_patch(result.status, current))
+    except BaseException:
+        CTX.own_writes.failed(key)
+        raise
     memory.last_status = result.status
+    memory.patched_over = meta.get("resourceVersion")
     CTX.health.inc("ovserve_operator_status_patches_total")
     for ev in result.events:
         try:

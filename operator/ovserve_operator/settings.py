@@ -215,11 +215,6 @@ class Settings(BaseModel):
         "OVSERVE_READBACK_GRACE_SECONDS",
         "a Ready pod whose `/v1/status` cannot be read keeps its last good report this long",
     )
-    status_heartbeat_s: Seconds = _env(
-        60.0,
-        "OVSERVE_STATUS_HEARTBEAT_SECONDS",
-        "`status.computedAt` is rewritten at least this often, even when nothing changed",
-    )
     # Where KEDA's Prometheus trigger queries the runtime metrics (spec.autoscaling); kube-prometheus-stack's default.
     prometheus_url: str = _env(
         "http://prometheus-operated.monitoring.svc:9090",

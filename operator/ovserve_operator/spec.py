@@ -864,8 +864,9 @@ class LLMServingStatus(BaseModel):
     )
     computedAt: str | None = Field(
         None,
-        description="When the operator last computed this status (RFC 3339); refreshed at least every "
-        "heartbeat even when nothing changed, so an old value means no operator is running.",
+        description="When the operator computed the status as it reads now, i.e. when it last changed (RFC 3339). "
+        "The status is recomputed every few seconds but written only when it changes, so an old value means "
+        "nothing changed, not that no operator runs: the operator's Lease (renewTime) tells that.",
         json_schema_extra={"format": "date-time"},
     )
     autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state when spec.autoscaling is set.")

@@ -436,11 +436,12 @@ def events_for(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[E
     return events
 
 
-def _strip_none(value: Any) -> Any:
+def stored_form(value: Any) -> Any:
+    """`value` as the apiserver stores it: null fields are absent there."""
     if isinstance(value, Mapping):
-        return {k: _strip_none(v) for k, v in value.items() if v is not None}
+        return {k: stored_form(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_strip_none(v) for v in value]
+        return [stored_form(v) for v in value]
     return value
 
 
@@ -448,7 +449,7 @@ def same(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None, ignore: tuple
     """Equal as the apiserver stores them (null fields are absent there), apart from `ignore`."""
 
     def norm(x: Mapping[str, Any] | None) -> Any:
-        return _strip_none({k: v for k, v in (x or {}).items() if k not in ignore})
+        return stored_form({k: v for k, v in (x or {}).items() if k not in ignore})
 
     return norm(a) == norm(b)
 

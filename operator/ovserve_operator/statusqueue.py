@@ -5,10 +5,11 @@ Moved out of the kopf glue so that it can be tested alone: the clock and the ind
 - `WorkQueue`: dirty marks (an index event) and due times (every `interval`); forgets deleted objects.
 - `Memory`: per-object state between cycles: the last status written, when children were last applied,
   the last refused apply, the readback grace of its pods, their mount-failure Events.
-- `needs_patch`: write when the status changed, or when `computedAt` is older than the heartbeat.
+- `needs_patch`: write only when the status changed (never a heartbeat: an object whose facts did not
+  change is not written); `stored_status`: what is stored, when the index has not caught up with our write.
 - `StatusController`: the loop: take what is due, start its refresh (bounded concurrency, each refresh
   time-boxed), sleep until the next due time or a wake-up. A pass never waits for the refreshes it
-  started, so the heartbeat (`on_cycle`) tells that the loop runs, not how slow the slowest pod answers;
+  started, so the loop's liveness beat (`on_cycle`) tells that the loop runs, not how slow the slowest pod answers;
   an object whose refresh is still running is not started twice (a mark meanwhile refreshes it after).
 - `fair_pick`: which waiting objects take the free refresh slots: shared fairly between namespaces, so one
   tenant whose pods are slow to answer (each refresh waiting out its readback deadline) cannot hold every
@@ -19,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
-import datetime as dt
 import logging
 import time
 from collections import Counter
@@ -84,6 +85,7 @@ class Memory:
     readback: ReadbackMemory
     uid: str = ""  # of the object remembered: a namesake re-created meanwhile starts afresh
     last_status: dict[str, Any] | None = None
+    patched_over: str | None = None  # the resourceVersion our last status patch was computed from
     applied_at: float | None = None  # monotonic
     reverted_at: float | None = None  # monotonic: the last re-apply for a hand edit of a live child
     applied_generation: int | None = None  # the generation whose children were last applied
@@ -157,22 +159,24 @@ def missing_children(
     return sorted(k for k in absent if k in memory.children_seen or applied_long_ago)
 
 
-def _parse_ts(value: Any) -> dt.datetime | None:
-    try:
-        return dt.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None
-
-
-def needs_patch(
-    new: Mapping[str, Any], current: Mapping[str, Any], last: Mapping[str, Any] | None, heartbeat_s: float
-) -> bool:
-    """Write when `new` differs from what is stored (or from what we last wrote), or when the stored
-    computedAt is older than the heartbeat: a status whose computedAt stops moving has no operator."""
+def needs_patch(new: Mapping[str, Any], current: Mapping[str, Any], last: Mapping[str, Any] | None) -> bool:
+    """Write when `new` differs from what is stored (or from what we last wrote), `computedAt` aside: an
+    object whose facts did not change is never written, however long it stays so (docs/operator.md, status
+    freshness). A stored status never stamped is stamped once."""
     if not status.same(new, current) or (last is not None and not status.same(new, last)):
         return True
-    stored, now = _parse_ts(current.get("computedAt")), _parse_ts(new.get("computedAt"))
-    return stored is None or now is None or (now - stored).total_seconds() >= heartbeat_s
+    return not current.get("computedAt")
+
+
+def stored_status(snapshot: Mapping[str, Any], memory: Memory) -> dict[str, Any]:
+    """What the apiserver stores as the status of `snapshot` (an index snapshot), as far as is known: the
+    status we last wrote when the snapshot is still the very version that write was computed from (the
+    index has not seen our write's echo yet: comparing with it would write the same status twice)."""
+    meta = snapshot.get("metadata") or {}
+    rv = meta.get("resourceVersion")
+    if memory.last_status is not None and rv is not None and rv == memory.patched_over:
+        return copy.deepcopy(memory.last_status)
+    return copy.deepcopy(dict(snapshot.get("status") or {}))
 
 
 def fair_pick(pending: Sequence[Key], running: Collection[Key], slots: int, reserve: int) -> list[Key]:
@@ -287,7 +291,7 @@ class StatusController:
             else:
                 self.pending.setdefault(k)
         started = self._dispatch()
-        await asyncio.sleep(0)  # let the new refreshes start before the heartbeat
+        await asyncio.sleep(0)  # let the new refreshes start before the liveness beat
         self.on_cycle(len(present))
         return started
 

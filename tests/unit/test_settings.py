@@ -46,8 +46,6 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "operator.md"
         ({"OVSERVE_HF_ALLOW_HTTP": "yes"}, "hf_allow_http", True),
         ({}, "leader_election", True),
         ({"OVSERVE_READBACK_GRACE_SECONDS": "12"}, "readback_grace_s", 12.0),
-        ({"OVSERVE_STATUS_HEARTBEAT_SECONDS": "90"}, "status_heartbeat_s", 90.0),
-        ({}, "status_heartbeat_s", 60.0),
         ({"OVSERVE_LEADER_ELECTION": "false"}, "leader_election", False),
         ({"OVSERVE_LEADER_ELECTION": "True"}, "leader_election", True),
         ({}, "lease_namespace", "default"),

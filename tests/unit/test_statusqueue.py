@@ -81,20 +81,40 @@ def test_reapply_at_once_when_the_refused_spec_was_changed():
 
 
 BASE = {"phase": "Ready", "computedAt": "2026-12-03T07:00:00Z"}
+LATER = "2026-12-04T07:00:00Z"  # a day later: no heartbeat, however long nothing changes
 
 
 @pytest.mark.parametrize(
     "new,current,last,want",
     [
-        ({**BASE, "computedAt": "2026-12-03T07:00:30Z"}, BASE, None, False),  # same, heartbeat not due
-        ({**BASE, "computedAt": "2026-12-03T07:01:00Z"}, BASE, None, True),  # heartbeat due
+        ({**BASE, "computedAt": LATER}, BASE, None, False),  # nothing changed: no write, ever
+        ({**BASE, "computedAt": LATER}, BASE, BASE, False),  # ... also after a write of ours
+        ({**BASE, "previous": None}, BASE, None, False),  # a null field is an absent one
         ({**BASE, "phase": "Failed"}, BASE, None, True),  # changed
-        ({**BASE, "computedAt": "2026-12-03T07:00:05Z"}, {"phase": "Ready"}, None, True),  # never stamped
-        ({**BASE, "computedAt": "2026-12-03T07:00:05Z"}, BASE, {"phase": "Loading"}, True),  # our write was lost
+        ({**BASE, "computedAt": LATER}, {"phase": "Ready"}, None, True),  # never stamped: once
+        ({**BASE, "computedAt": LATER}, BASE, {"phase": "Loading"}, True),  # our write was lost
     ],
 )
 def test_needs_patch(new, current, last, want):
-    assert sq.needs_patch(new, current, last, heartbeat_s=60) is want
+    assert sq.needs_patch(new, current, last) is want
+
+
+def snapshot(rv: str, status: dict) -> dict:
+    return {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv}, "status": status}
+
+
+@pytest.mark.parametrize(
+    "rv,last,patched_over,want",
+    [
+        ("7", None, None, {"phase": "Loading"}),  # nothing written yet: the snapshot
+        ("7", {"phase": "Ready"}, "7", {"phase": "Ready"}),  # the index has not seen our write yet: our write
+        ("8", {"phase": "Ready"}, "7", {"phase": "Loading"}),  # a later version (ours or anyone's): the snapshot
+        ("7", None, "7", {"phase": "Loading"}),  # our write failed since (forgotten): the snapshot
+    ],
+)
+def test_stored_status(rv, last, patched_over, want):
+    m = sq.Memory(readback=None, last_status=last, patched_over=patched_over)  # type: ignore[arg-type]
+    assert sq.stored_status(snapshot(rv, {"phase": "Loading"}), m) == want
 
 
 def test_memories_created_and_forgotten():

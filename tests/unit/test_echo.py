@@ -1,0 +1,107 @@
+"""The echo of the operator's own status patch schedules no refresh; every other LLMServing event does.
+
+Driven through the real LLMServing indexer (handlers.llmservings) and the real work queue: each case is
+the sequence of watch events and status writes one object sees, and whether its last event marks it dirty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+from ovserve_operator import echo, handlers, statusqueue
+from ovserve_operator.status import stored_form
+
+KEY = ("team-a", "llm")
+
+# What refresh() writes: nulls included (the merge patch drops them, so the apiserver stores them absent).
+WRITTEN = {
+    "observedGeneration": 1,
+    "phase": "Ready",
+    "pipeline": {"requested": "AUTO", "resolved": "LM_CB", "fallback": False, "fallbackReason": None},
+    "readyReplicas": 1,
+    "previous": None,
+    "computedAt": "2026-12-04T21:00:00Z",
+    "conditions": [{"type": "Ready", "status": "True", "reason": "AllReplicasReady", "message": "1/1 ready"}],
+}
+STORED = stored_form(WRITTEN)
+
+
+def event(rv: int, status: dict | None = None, **meta: Any) -> dict[str, Any]:
+    """An LLMServing as a watch event carries it (resourceVersion and managedFields move with every write)."""
+    spec = meta.pop("spec", {"model": {"hostPath": {"path": "/models/tiny"}}, "replicas": 1})
+    return {
+        "apiVersion": "ovserve.dev/v1alpha1",
+        "kind": "LLMServing",
+        "metadata": {
+            "name": KEY[1],
+            "namespace": KEY[0],
+            "uid": "uid-1",
+            "generation": 1,
+            "resourceVersion": str(rv),
+            "labels": {"team": "a"},
+            "managedFields": [{"manager": "ovserve-operator", "subresource": "status", "time": f"t{rv}"}],
+            **meta,
+        },
+        "spec": spec,
+        "status": copy.deepcopy(status if status is not None else {}),
+    }
+
+
+WROTE, FAILED = ("wrote",), ("failed",)
+OTHER = {**STORED, "phase": "Failed"}
+
+CASES = {
+    "the echo of our own patch": ([event(10), WROTE, event(11, STORED)], False),
+    "the same echo again (a watch re-list)": ([event(10), WROTE, event(11, STORED), event(11, STORED)], False),
+    "spec changed (with our status)": ([event(10), WROTE, event(11, STORED, generation=2, spec={"replicas": 2})], True),
+    "a label changed": ([event(10), WROTE, event(11, STORED, labels={"team": "b"})], True),
+    "an annotation added": ([event(10), WROTE, event(11, STORED, annotations={"x": "1"})], True),
+    "status written by someone else": ([event(10), WROTE, event(11, OTHER)], True),
+    "our status with another computedAt": (
+        [event(10), WROTE, event(11, {**STORED, "computedAt": "2026-12-04T21:05:00Z"})],
+        True,
+    ),
+    "our patch failed": ([event(10), WROTE, FAILED, event(11, STORED)], True),
+    "first event after a start": ([event(11, STORED)], True),
+    "a namesake re-created": ([event(10), WROTE, event(12, STORED, uid="uid-2")], True),
+    "someone else's write after our echo": ([event(10), WROTE, event(11, STORED), event(12, OTHER)], True),
+    "no write of ours, nothing changed": ([event(10), event(10)], True),
+}
+
+
+@pytest.fixture
+def ctx():
+    handlers.CTX.queue = statusqueue.WorkQueue(5.0)
+    handlers.CTX.own_writes = echo.OwnWrites()
+    yield handlers.CTX
+    handlers.CTX.queue = statusqueue.WorkQueue(5.0)
+    handlers.CTX.own_writes = echo.OwnWrites()
+
+
+@pytest.mark.parametrize("steps,marked", list(CASES.values()), ids=list(CASES))
+def test_own_patch_echo_schedules_no_refresh(ctx, steps, marked):
+    async def run() -> bool:
+        for step in steps:
+            if step == WROTE:
+                ctx.own_writes.writing(KEY, WRITTEN)  # what refresh() records before it sends the patch
+            elif step == FAILED:
+                ctx.own_writes.failed(KEY)
+            else:
+                ctx.queue.dirty.clear()
+                snapshot = await handlers.llmservings(body=step, namespace=KEY[0], name=KEY[1])
+                assert snapshot[KEY]["status"] == step["status"]  # the index holds the event either way
+        return KEY in ctx.queue.dirty
+
+    assert asyncio.run(run()) is marked
+
+
+def test_forgotten_object_starts_afresh():
+    writes = echo.OwnWrites()
+    writes.is_echo(KEY, event(10))
+    writes.writing(KEY, WRITTEN)
+    writes.forget(KEY)
+    assert not writes.is_echo(KEY, event(11, STORED))
+    assert len(writes) == 1
