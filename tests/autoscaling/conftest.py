@@ -1,5 +1,6 @@
 """Fixtures of the autoscaling tier: Prometheus and KEDA running next to the real cluster (hack/cluster.sh
-autoscaling on), the operator as a local process (tests/operator), the tiny models on a PVC."""
+autoscaling on), the operator as a local process (tests/operator), the tiny models (generation and encoders)
+on a PVC."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from tests.conftest import HACK, _cluster_script, run_on_host_network
 from tests.operator.conftest import crd, start_operator  # noqa: F401  (fixtures shared with the operator tier)
 from tests.operator.test_operator_e2e import runtime  # noqa: F401
+from tests.operator.test_operator_tasks import encoder_runtime  # noqa: F401  (tiny-embed on the PVC)
 
 NODE_IP = "10.245.0.1"  # hack/cluster.sh: the node address, where Prometheus listens
 PROMETHEUS = f"http://{NODE_IP}:9090"

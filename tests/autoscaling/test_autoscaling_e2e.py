@@ -1,10 +1,12 @@
 """End-to-end autoscaling on the real cluster: runtime pods scraped by Prometheus (Kubernetes service
 discovery), KEDA's ScaledObject rendered by the operator, the HPA scaling the LLMServing through its scale
-subresource, load sent through the Service with the openai client.
+subresource, load sent through the Service with the openai client: streaming chat completions to a
+generation serving, embeddings requests to an embeddings serving (both on QueueDepth, the metric
+docs/autoscaling.md recommends for them).
 
 Load is bounded (at most LOAD_MAX_S seconds and LOAD_MAX_REQUESTS requests) and cluster-internal only.
 The measured scale-up time (load start -> a second replica Ready in `kubectl get llms`) is printed; the
-figure in docs/autoscaling.md comes from this test.
+figures in docs/autoscaling.md come from these tests.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable
 
 import openai
 import pytest
@@ -53,11 +56,12 @@ def operator(start_operator, addons):
 
 
 class Load:
-    """CONCURRENCY streaming chat completions in a loop through the Service, until stopped or bounded."""
+    """CONCURRENCY clients sending `send(client, model)` in a loop through the Service, until stopped or bounded."""
 
-    def __init__(self, base_url: str, model: str) -> None:
+    def __init__(self, base_url: str, model: str, send: Callable[[openai.OpenAI, str], None]) -> None:
         self.client = openai.OpenAI(base_url=base_url, api_key="unused", timeout=30, max_retries=0)
         self.model = model
+        self.send = send
         self.stop = threading.Event()
         self.sent = 0
         self.ok = 0
@@ -73,18 +77,7 @@ class Load:
                     return
                 self.sent += 1
             try:
-                stream = self.client.chat.completions.create(
-                    model=self.model,
-                    messages=[{"role": "user", "content": "count"}],
-                    max_tokens=400,  # the tiny model's context is 512
-                    stream=True,
-                    # every request generates its 400 tokens: the random tiny model often says EOS within a few,
-                    # and then requests end in milliseconds and the queue the HPA reads comes and goes (once
-                    # the server got faster, the HPA scaled back to 1 before the second pod was Ready)
-                    extra_body={"ignore_eos": True},
-                )
-                for _ in stream:
-                    pass
+                self.send(self.client, self.model)
                 with self.lock:
                     self.ok += 1
             except openai.OpenAIError as e:  # counted, never retried blindly
@@ -102,6 +95,21 @@ class Load:
         self.stop.set()
         for t in self.threads:
             t.join(40)
+
+
+def chat(client: openai.OpenAI, model: str) -> None:
+    stream = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "count"}],
+        max_tokens=400,  # the tiny model's context is 512
+        stream=True,
+        # every request generates its 400 tokens: the random tiny model often says EOS within a few, and then
+        # requests end in milliseconds and the queue the HPA reads comes and goes (once the server got faster,
+        # the HPA scaled back to 1 before the second pod was Ready)
+        extra_body={"ignore_eos": True},
+    )
+    for _ in stream:
+        pass
 
 
 def test_cel_refuses_min_above_max(cluster, crd, namespace):
@@ -123,10 +131,34 @@ def test_scales_up_under_load_and_back_down(cluster, operator, namespace, runtim
     # The legacy pipeline serves one request at a time, so concurrent load queues: QueueDepth is the signal
     # (on the tiny model a continuous-batching pod finishes 400 tokens in milliseconds, and its running
     # requests are almost never caught by a scrape: the load there is HTTP-bound, not generation-bound).
-    name = "scaler"
+    spec = {"model": pvc_model("tiny-llm"), "pipelineType": "LM"}
+    scales_out_and_back(cluster, namespace, "scaler", spec, chat, "text-generation")
+
+
+# 16 texts of about 30 tokens per request (the tiny encoder's context is 128), a pipeline call each
+EMBED_BATCH = 16
+EMBED_TEXTS = [f"document {i}: " + "the quick brown fox jumps over the lazy dog " * 3 for i in range(EMBED_BATCH)]
+
+
+def embed(client: openai.OpenAI, model: str) -> None:
+    got = client.embeddings.create(model=model, input=EMBED_TEXTS)  # base64, the client's default
+    assert len(got.data) == EMBED_BATCH
+
+
+def test_embeddings_serving_scales_out_under_load_and_back(cluster, operator, namespace, encoder_runtime):
+    # The metric docs/autoscaling.md recommends for embeddings: QueueDepth, the requests admitted and not in the
+    # pipeline call. maxBatch = one request's texts, so a call takes one request and the other clients' wait.
+    spec = {"model": pvc_model("tiny-embed"), "task": "embeddings", "embeddings": {"maxBatch": EMBED_BATCH}}
+    scales_out_and_back(cluster, namespace, "embedder", spec, embed, "embeddings")
+
+
+def scales_out_and_back(
+    cluster, namespace: str, name: str, spec: dict, send: Callable[[openai.OpenAI, str], None], task: str
+) -> None:
+    """One replica under no load; CONCURRENCY clients sending `send` through the Service: READY 2/2 (the HPA
+    scaled the LLMServing on QueueDepth, target 1); load stopped: back to 1/1. Prints the measured times."""
     spec = {
-        "model": pvc_model("tiny-llm"),
-        "pipelineType": "LM",
+        **spec,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
         "autoscaling": {
             "minReplicas": 1,
@@ -137,6 +169,7 @@ def test_scales_up_under_load_and_back_down(cluster, operator, namespace, runtim
             "scaleDownStabilizationSeconds": 10,
         },
     }
+    hpa_name = f"keda-hpa-{name}"
     cluster.apply(llms(name, spec), namespace)
 
     # 1 replica Ready; the ScaledObject is KEDA-ready and its HPA reports
@@ -152,30 +185,36 @@ def test_scales_up_under_load_and_back_down(cluster, operator, namespace, runtim
         )
 
     st = cluster.wait_for(settled, 240, "1 Ready replica and an active autoscaler")
+    assert (st.get("task") or {}).get("resolved") == task
     so = cluster.get("scaledobject", name, namespace)
     assert so["metadata"]["ownerReferences"][0]["kind"] == "LLMServing"
     assert so["spec"]["scaleTargetRef"]["kind"] == "LLMServing"
-    hpa = cluster.get("hpa", "keda-hpa-scaler", namespace)
+    selector = f'namespace="{namespace}",ovserve_dev_llmserving="{name}"'
+    assert so["spec"]["triggers"][0]["metadata"]["query"] == f"sum(ovserve_queue_depth{{{selector}}})"
+    hpa = cluster.get("hpa", hpa_name, namespace)
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "ovserve.dev/v1alpha1", "kind": "LLMServing", "name": name}
     assert (st["autoscaling"]["minReplicas"], st["autoscaling"]["maxReplicas"]) == (1, 2)
     wide = {r["NAME"]: r for r in cluster.table("llmservings", "-n", namespace, "-o", "wide")}[name]
     assert wide["AUTOSCALING"].startswith("1-2 ")
 
-    # Prometheus found the pod by Kubernetes service discovery, with the labels the trigger selects on
+    # Prometheus found the pod by Kubernetes service discovery, with the labels the trigger selects on; the
+    # pod's runtime exports the queried series whatever its task (ovserve_task_info says which one runs)
     series = cluster.wait_for(
-        lambda: prom_query(f'ovserve_queue_depth{{namespace="{namespace}",ovserve_dev_llmserving="{name}"}}'),
+        lambda: prom_query(f"ovserve_queue_depth{{{selector}}}"),
         60,
         f"the runtime pod's series in Prometheus ({PROMETHEUS})",
     )
     assert series[0]["metric"]["pod"].startswith(f"{name}-")
+    info = prom_query(f"ovserve_task_info{{{selector}}}")
+    assert [s["metric"]["task"] for s in info] == [task]
 
     svc = cluster.get("service", name, namespace)
     base_url = f"http://{svc['spec']['clusterIP']}:8000/v3"
-    load = Load(base_url, name)  # the served name defaults to metadata.name
+    load = Load(base_url, name, send)  # the served name defaults to metadata.name
     load.start()
 
     # What the scale-up shows is recorded as it is seen, poll by poll: the HPA may scale back down within
-    # seconds of the second pod becoming Ready (the tiny model's load is client-bound and splits over two
+    # seconds of the second pod becoming Ready (the tiny models' load is client-bound and splits over two
     # pods), so nothing about "2" may be read after the fact.
     seen: dict = {}
 
@@ -183,7 +222,7 @@ def test_scales_up_under_load_and_back_down(cluster, operator, namespace, runtim
         if not load.ok and len(load.errors) >= 10:  # the load itself is broken: say so now
             pytest.fail(f"every request failed: {load.errors[:3]}", pytrace=False)
         if "hpa" not in seen:
-            hpa = cluster.get("hpa", "keda-hpa-scaler", namespace)
+            hpa = cluster.get("hpa", hpa_name, namespace)
             if (hpa.get("status") or {}).get("desiredReplicas") == 2:
                 seen["hpa"] = hpa
         if "status" not in seen:
@@ -218,7 +257,7 @@ def test_scales_up_under_load_and_back_down(cluster, operator, namespace, runtim
     assert a["reason"] and condition(st, "Autoscaling")["status"] == "True"
     decided_s = dt.datetime.fromisoformat(a["lastScaleTime"].replace("Z", "+00:00")).timestamp() - load.t0_wall
     print(
-        f"\nscale-up: load start -> READY 2/2 in {scale_up_s:.1f} s (HPA rescaled after {decided_s:.0f} s, "
+        f"\n{task} scale-up: load start -> READY 2/2 in {scale_up_s:.1f} s (HPA rescaled after {decided_s:.0f} s, "
         f"+/- 1 s; KEDA polling 2 s, Prometheus scrape 5 s, HPA sync 15 s); external metric {metric} = {current}; "
         f"{load.ok} requests ok, {len(load.errors)} errors"
     )
@@ -233,7 +272,7 @@ def test_scales_up_under_load_and_back_down(cluster, operator, namespace, runtim
         "scale down to minReplicas (READY 1/1)",
         interval=1,
     )
-    print(f"scale-down: load stop -> READY 1/1 in {time.monotonic() - load.t_stop:.1f} s")
+    print(f"{task} scale-down: load stop -> READY 1/1 in {time.monotonic() - load.t_stop:.1f} s")
     st = cluster.wait_for(
         lambda: (s := status(cluster, namespace, name)).get("autoscaling", {}).get("desiredReplicas") == 1 and s,
         60,

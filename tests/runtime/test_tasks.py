@@ -303,3 +303,25 @@ def test_queue_depth_metric_counts_requests_waiting_for_a_call(encoder_models, s
     assert max(q for q, _ in seen) >= 2, seen
     assert max(r for _, r in seen) <= 1, seen  # one request per call at --embeddings-max-batch 1
     assert s.metric("ovserve_queue_depth") == 0
+
+
+def test_liveness_stays_live_while_embeddings_run_and_counts_slices_as_progress(encoder_models, server_factory):
+    """The liveness watchdog reads the embeddings jobs in flight (a job without the progress it reads made every
+    probe under load a 500, and the kubelet restarted a busy pod); a request longer than the stall floor stays
+    live because its slices count as progress."""
+    from .conftest import http_get
+
+    s = server_factory(encoder_models / "tiny-embed", "--embeddings-max-batch", "1", "--liveness-stall-seconds", "1")
+    big = {"input": ["the quick brown fox " * 20] * 2048}  # one request, 2048 calls of one text: seconds
+    codes: list[int] = []
+    with cf.ThreadPoolExecutor(1) as pool:
+        t0 = time.monotonic()
+        f = pool.submit(post, s.url + "/v3/embeddings", big, 300)
+        assert wait_until(lambda: s.metric("ovserve_requests_running") >= 1, 20)
+        while not f.done():
+            codes.append(http_get(s.url + "/v2/health/live")[0])
+            time.sleep(0.1)
+        elapsed = time.monotonic() - t0
+        assert f.result()[0] == 200
+    assert codes and set(codes) == {200}, codes
+    assert elapsed > 2, f"the request took {elapsed:.1f} s: too short to outlast the 1 s stall floor"

@@ -103,6 +103,32 @@ def test_scaled_object_per_metric(metric, series):
     assert md["ignoreNullValues"] == "true"
 
 
+@pytest.mark.parametrize(
+    "task, metric, series",
+    [
+        ("embeddings", "QueueDepth", "ovserve_queue_depth"),
+        ("embeddings", "RunningRequests", "ovserve_requests_running"),
+        ("rerank", "QueueDepth", "ovserve_queue_depth"),
+        ("AUTO", "QueueDepth", "ovserve_queue_depth"),
+    ],
+)
+def test_scaled_object_of_an_embeddings_or_rerank_serving_queries_the_series_its_runtime_exports(task, metric, series):
+    """The task engine exports the same gauges per pod (one task per serving; ovserve_task_info names it), so the
+    trigger is the generation one; tests/autoscaling scales an embeddings serving on it."""
+    spec = api.parse_spec(
+        {
+            "model": {"hostPath": {"path": "/m"}},
+            "task": task,
+            "autoscaling": {"maxReplicas": 3, "metric": metric, "target": 2},
+        }
+    )
+    so = autoscaling.render_scaled_object("emb", "ns", "u", spec, PROM)
+    assert (
+        so["spec"]["triggers"][0]["metadata"]["query"]
+        == f'sum({series}{{namespace="ns",ovserve_dev_llmserving="emb"}})'
+    )
+
+
 def test_threshold_of_a_whole_target_has_no_decimal_point():
     so = autoscaling.render_scaled_object("m", "ns", "u", _spec(maxReplicas=2, target=3), PROM)
     assert so["spec"]["triggers"][0]["metadata"]["threshold"] == "3"

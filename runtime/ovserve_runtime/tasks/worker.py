@@ -10,6 +10,10 @@ The surface is the generation engine's (engine.Engine) where the HTTP side uses 
 429 bound, the drain, readiness/liveness and the fatal path are the same code for every task: `capacity`
 (requests served by one call), `running`, `fatal` / `on_fatal`, `submit`, `cancel`, `tokenizer`.
 
+Liveness: the HTTP side tracks jobs with the generations, and the progress watchdog reads their `generated`
+(texts done: a large request's slices count as they finish) and the engine's `step_s` (the last call's
+duration), so a hung pipeline call with requests in flight turns liveness 503 as a hung generation does.
+
 Faults: an exception from a call is first taken for a bad input: the smoke input is run, and when it passes,
 each job of the failed call is retried alone so that only the job that fails alone gets the error (500). When
 the smoke input fails too, the pipeline is broken: every queued and running job gets the error, `fatal` is
@@ -48,6 +52,9 @@ class Job:
     finished: bool = False
     submitted_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # texts done so far (the slices of a request larger than a batch): the progress the liveness watchdog reads,
+    # as it reads a generation's tokens (a job in flight without it made every probe a 500 under load)
+    generated: int = 0
 
     def emit(self, kind: str, value: Any) -> None:
         """From the worker thread: the job's one event, delivered on its loop."""
@@ -120,6 +127,11 @@ class TaskEngine:
 
     def cache_usage(self) -> float | None:
         return None
+
+    @property
+    def step_s(self) -> float | None:
+        """The last call's duration: the liveness watchdog's unit of progress (None before the first)."""
+        return self._last_call_s or None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -260,6 +272,7 @@ class TaskEngine:
                 if isinstance(res, BaseException):
                     return [res]
                 parts.append(res)
+                job.generated += len(part.texts)
             return [self.merge(parts)]
         return self._run(jobs)
 
