@@ -215,7 +215,8 @@ READBACK_FAILED = _r(
     "ReadbackFailed",
     "Ready",
     LOADING,
-    "a Ready pod's GET /v1/status kept failing beyond the grace period: what failed and since when",
+    "a Ready pod's GET /v1/status kept failing beyond the grace period: what failed (since when: the "
+    "condition's lastTransitionTime)",
 )
 PINNED_PIPELINE = _r(
     "PinnedPipeline", "Fallback", None, "a pinned LM_CB / VLM_CB never falls back (Fallback stays False)"

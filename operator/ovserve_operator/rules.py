@@ -305,12 +305,13 @@ def all_ready(f: Facts) -> Finding | None:
 
 
 def readback_failed(f: Facts) -> Finding | None:
-    """Pods Ready by their probes whose /v1/status stayed unreadable beyond the grace."""
+    """Pods Ready by their probes whose /v1/status stayed unreadable beyond the grace. No "since" in the
+    message: it would be this leader's own first failed read, and a new leader would rewrite every such
+    status with its own (the condition's lastTransitionTime tells since when, and survives a failover)."""
     p = _one([p for p in f.current if p.container_ready and p.report is None and p.readback_error])
     if p is None:
         return None
-    since = _ts(p.failing_since) if p.failing_since else "?"
-    return R.READBACK_FAILED, f"{p.name} is Ready but its report cannot be read since {since}: {p.readback_error}"
+    return R.READBACK_FAILED, f"{p.name} is Ready but its report cannot be read: {p.readback_error}"
 
 
 def pods_refused(f: Facts) -> Finding | None:
@@ -361,6 +362,8 @@ def loading(f: Facts) -> Finding | None:
     if stuck := [p for p in f.current if p.unschedulable]:
         msg += f"; {len(stuck)} unschedulable: {stuck[0].unschedulable}"
     if unread := _one([p for p in f.current if p.readback_error and p.report is None]):
+        # since when, as this leader measured it: a pod loading is written again soon anyway (unlike a
+        # persistent ReadbackFailed, whose message therefore carries no time)
         since = f" (since {_ts(unread.failing_since)})" if unread.failing_since else ""
         msg += f"; {unread.name}: {unread.readback_error}{since}"
     return R.LOADING_REASON, msg

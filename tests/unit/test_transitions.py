@@ -398,13 +398,13 @@ TRANSITIONS = {
             row={"PHASE": "Ready", "READY": "1/1"},
             events=[],
         ),
-        Step(  # beyond it: Unknown, what failed and since when
+        Step(  # beyond it: Unknown, what failed (since when: lastTransitionTime; no leader's own time in it)
             [pod("a")],
             {"a": Reading(None, "none", "GET /v1/status: TimeoutError", T0)},
             row={"PHASE": "Loading", "REASON": "ReadbackFailed", "READY": "0/1", "RESOLVED": ""},
             ready=("Unknown", "ReadbackFailed"),
             events=[("Warning", "ReadbackFailed")],
-            message_has=("since 2026-12-03T07:00:00Z", "TimeoutError"),
+            message_has=("a is Ready but its report cannot be read: GET /v1/status: TimeoutError",),
         ),
         Step(
             [pod("a")],
