@@ -7,10 +7,11 @@ Moved out of the kopf glue so that it can be tested alone: the clock and the ind
   the last refused apply, the readback grace of its pods, their mount-failure Events.
 - `needs_patch`: write only when the status changed (never a heartbeat: an object whose facts did not
   change is not written); `stored_status`: what is stored, when the index has not caught up with our write.
-- `StatusController`: the loop: take what is due, start its refresh (bounded concurrency, each refresh
-  time-boxed), sleep until the next due time or a wake-up. A pass never waits for the refreshes it
-  started, so the loop's liveness beat (`on_cycle`) tells that the loop runs, not how slow the slowest pod answers;
-  an object whose refresh is still running is not started twice (a mark meanwhile refreshes it after).
+- `StatusController`: the loop: take what is marked or due, start its refresh (bounded concurrency, each
+  refresh time-boxed; a marked object ahead of those only due for the resync), sleep until the next due
+  time or a wake-up. A pass never waits for the refreshes it started, so the loop's liveness beat
+  (`on_cycle`) tells that the loop runs, not how slow the slowest pod answers; an object whose refresh is
+  still running is not started twice (a mark meanwhile refreshes it after).
 - `fair_pick`: which waiting objects take the free refresh slots: shared fairly between namespaces, so one
   tenant whose pods are slow to answer (each refresh waiting out its readback deadline) cannot hold every
   slot while another tenant's objects wait.
@@ -57,8 +58,9 @@ class WorkQueue:
         self.dirty.add(key)
         self.wake.set()
 
-    def take(self, present: Collection[Key]) -> tuple[list[Key], list[Key]]:
-        """(keys to refresh now, keys gone since the last call). Schedules the next due time."""
+    def take_marked(self, present: Collection[Key]) -> tuple[list[Key], list[Key], list[Key]]:
+        """(keys marked dirty, keys only due for the resync, keys gone since the last call). Schedules the
+        next due time of the first two."""
         now = self.clock()
         here = {k for k in self.active if k in present}
         gone = sorted(self.active - here)
@@ -66,11 +68,17 @@ class WorkQueue:
             self.active.discard(k)
             self.dirty.discard(k)
             self.due.pop(k, None)
-        todo = sorted(k for k in here if k in self.dirty or self.due.get(k, 0.0) <= now)
-        self.dirty.difference_update(todo)
-        for k in todo:
+        marked = sorted(k for k in here if k in self.dirty)
+        due = sorted(k for k in here if k not in self.dirty and self.due.get(k, 0.0) <= now)
+        self.dirty.difference_update(marked)
+        for k in marked + due:
             self.due[k] = now + self.interval
-        return todo, gone
+        return marked, due, gone
+
+    def take(self, present: Collection[Key]) -> tuple[list[Key], list[Key]]:
+        """(keys to refresh now, marked ones first; keys gone since the last call)."""
+        marked, due, gone = self.take_marked(present)
+        return marked + due, gone
 
     def wait_s(self) -> float:
         """Seconds until the next due time (at most `interval`, at least 50 ms)."""
@@ -281,11 +289,16 @@ class StatusController:
         """One pass: start the refresh of what is dirty or due. Returns the keys started."""
         self.queue.wake.clear()
         present = {k for k in self.queue.active if k in self.index}
-        todo, gone = self.queue.take(present)
+        marked, due, gone = self.queue.take_marked(present)
         for k in gone:
             self.pending.pop(k, None)
             self.on_gone(k)
-        for k in todo:
+        # Something changed for a marked object: it goes ahead of every object waiting only for its resync
+        # (when the resyncs of many objects exceed what the slots refresh in an interval, an edit or a pod
+        # event must not wait behind that backlog).
+        if urgent := [k for k in marked if k not in self.in_flight]:
+            self.pending = {**dict.fromkeys(urgent), **{k: None for k in self.pending if k not in urgent}}
+        for k in marked + due:
             if k in self.in_flight:
                 self._again.add(k)
             else:

@@ -315,3 +315,32 @@ def test_one_tenants_slow_pods_cannot_hold_every_slot():
         assert sorted(done[3:]) == sorted(slow) and not c.pending and not c.in_flight
 
     asyncio.run(scenario())
+
+
+def test_a_marked_object_goes_ahead_of_the_resync_backlog():
+    """More objects due for their resync than the slots refresh: an object marked meanwhile (an edit, a pod
+    event) takes the next free slot, ahead of every object only due; the backlog keeps its order."""
+
+    async def scenario():
+        q = sq.WorkQueue(5.0, FakeClock())
+        objs = [("a", f"a{i}") for i in range(8)]
+        index = {k: [{}] for k in objs}
+        release = asyncio.Event()
+        started: list = []
+
+        async def refresh(key, _snap):
+            started.append(key)
+            await release.wait()
+
+        c = sq.StatusController(q, index, refresh, concurrency=4, reserve=1, coalesce_s=0)
+        for k in objs:
+            q.activate(k)
+        assert await c.cycle() == objs[:3]  # three slots (one is the reserve); five wait, only due
+        q.mark(objs[7])
+        assert await c.cycle() == []  # no slot free yet
+        assert list(c.pending) == [objs[7], *objs[3:7]]
+        release.set()
+        await c.drain()
+        assert started == [*objs[:3], objs[7], *objs[3:7]]
+
+    asyncio.run(scenario())
