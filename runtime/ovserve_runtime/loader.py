@@ -10,15 +10,8 @@ from typing import Any
 
 from . import observe, resolve, speculative
 from .detok import TokenTable
-from .engine import (
-    CBEngine,
-    Engine,
-    EngineError,
-    LegacyEngine,
-    SchedulerOptions,
-    construct_cb,
-    construct_legacy,
-)
+from .engine import EngineClient, EngineError, SchedulerOptions, construct_cb, construct_legacy
+from .engine.inprocess import cb_client, legacy_client
 from .report import PipelineReport, PipelineType, Reason, SpeculativeReason, SpeculativeReport
 from .speculative import SpeculativeConfig
 
@@ -40,7 +33,7 @@ class LoadOptions:
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     properties: dict[str, Any] = field(default_factory=dict)  # e.g. INFERENCE_NUM_THREADS
     structural_check: bool = True
-    # text CB models: the pipeline in an engine-core child process (engine_core.py), not a thread here
+    # text CB models: the pipeline in an engine-core child process (engine/process.py), not a thread here
     engine_process: bool = True
     observe: bool = True  # read the resolved settings back (observe.py) for the decisions record
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
@@ -52,7 +45,7 @@ def available_devices() -> list[str]:
     return list(ov.Core().available_devices)
 
 
-def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
+def load(opts: LoadOptions) -> tuple[EngineClient, PipelineReport, resolve.Layout]:
     """Resolve and construct the pipeline, and prove it with a one-token smoke generation.
 
     Returns (started engine, pipeline report, layout); raises LoadFailure carrying the failed report.
@@ -144,7 +137,7 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
         msg = resolve.load_failed_message(str(exc))
         raise LoadFailure(resolve.failed_report(requested, Reason.MODEL_LOAD_FAILED, msg)) from exc
     log.info("legacy %s pipeline (SDPA) constructed in %.2fs", p.kind, time.perf_counter() - t)
-    engine = LegacyEngine(pipe, p.kind)
+    engine = legacy_client(pipe, p.kind)
     legacy_problem = _legacy_problem(opts)
     if legacy_problem is not None and opts.speculative.required:
         _refuse(requested, opts.speculative, legacy_problem)
@@ -154,15 +147,17 @@ def load(opts: LoadOptions) -> tuple[Engine, PipelineReport, resolve.Layout]:
     return engine, report, layout
 
 
-def _construct_cb(opts: LoadOptions, p: resolve.Plan, spec: SpeculativeConfig | None) -> tuple[Engine | None, str]:
-    """(engine, "") or (None, the construction error)."""
+def _construct_cb(
+    opts: LoadOptions, p: resolve.Plan, spec: SpeculativeConfig | None
+) -> tuple[EngineClient | None, str]:
+    """(engine client, "") or (None, the construction error)."""
     try:
         if opts.engine_process and p.cb_type == PipelineType.LM_CB:
-            from .engine_core import ProcessCBEngine
+            from .engine.process import ProcessClient
 
-            return ProcessCBEngine(opts.model_path, opts.device, opts.scheduler, opts.properties, p.cb_type, spec), ""
+            return ProcessClient(opts.model_path, opts.device, opts.scheduler, opts.properties, p.cb_type, spec), ""
         pipe = construct_cb(opts.model_path, opts.device, opts.scheduler, opts.properties, spec)
-        return CBEngine(pipe, p.cb_type, max_active=opts.scheduler.effective_max_num_seqs()), ""
+        return cb_client(pipe, p.cb_type, max_active=opts.scheduler.effective_max_num_seqs()), ""
     except Exception as exc:
         return None, str(exc).strip()
 
@@ -246,7 +241,7 @@ def _probe(opts: LoadOptions, layout: resolve.Layout) -> observe.Probe | None:
     return pr
 
 
-def _prove(engine: Engine, report: PipelineReport, requested: PipelineType) -> Engine:
+def _prove(engine: EngineClient, report: PipelineReport, requested: PipelineType) -> EngineClient:
     engine.start()
     t = time.perf_counter()
     try:

@@ -88,14 +88,14 @@ def test_concurrent_requests_all_complete(engine):
 @pytest.fixture(scope="module")
 def core_engine(tiny_models):
     """The engine-core process of a text CB model (what ovserve-runtime runs for LM_CB)."""
-    from ovserve_runtime.engine_core import ProcessCBEngine
+    from ovserve_runtime.engine.process import ProcessClient
 
     eng, _, _ = load(
         LoadOptions(
             model_path=str(tiny_models / "tiny-llm"), pipeline_type=P.LM_CB, properties={"INFERENCE_NUM_THREADS": 1}
         )
     )
-    assert isinstance(eng, ProcessCBEngine)
+    assert isinstance(eng, ProcessClient)
     yield eng
     eng.stop()
 
@@ -131,7 +131,7 @@ def test_a_burst_announced_after_its_first_request_is_prefilled_together(core_en
 def test_an_announced_request_that_never_comes_does_not_hold_the_burst(core_engine):
     """A request announced and then refused (a 400 while parsing) is withdrawn: the burst starts at once
     instead of waiting for the gathering bound (0.25 s)."""
-    from ovserve_runtime.engine_core import BURST_MAX_S
+    from ovserve_runtime.engine.process import BURST_MAX_S
 
     async def main():
         core_engine.preparing(2)

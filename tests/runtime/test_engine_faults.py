@@ -11,8 +11,9 @@ import threading
 import time
 
 import pytest
-from ovserve_runtime.engine import CBEngine, EngineError, GenRequest, LegacyEngine, construct_cb, construct_legacy
+from ovserve_runtime.engine import EngineError, GenRequest, construct_cb, construct_legacy
 from ovserve_runtime.engine import SchedulerOptions as Sched
+from ovserve_runtime.engine.inprocess import cb_client, legacy_client
 from ovserve_runtime.report import PipelineType as P
 
 from .conftest import wait_until
@@ -87,7 +88,7 @@ async def _drive(engine, reqs: list[GenRequest], arm, arm_when) -> list[list]:
 def cb(tiny_models):
     pipe = Faulty(construct_cb(str(tiny_models / "tiny-llm"), "CPU", Sched(), THREADS))
     fatal: list[str] = []
-    engine = CBEngine(pipe, P.LM_CB, max_active=20)
+    engine = cb_client(pipe, P.LM_CB, max_active=20)
     engine.on_fatal = fatal.append
     engine.start()
     yield engine, pipe, fatal
@@ -112,7 +113,7 @@ def test_step_raising_answers_20_active_and_20_queued(cb):
     # the 20 that generated got tokens first; the 20 queued ones got nothing but the error
     assert sum(1 for ev in results if len(ev) > 1) == 20
     assert (engine.waiting, engine.running) == (0, 0)
-    wait_until(lambda: fatal, 10, 0.01)  # on_fatal runs on the engine thread right after the errors went out
+    wait_until(lambda: fatal, 10, 0.01)  # on_fatal runs on the core's thread right after the errors went out
     assert len(fatal) == 1 and "device lost" in fatal[0] and engine.fatal == fatal[0]
     with pytest.raises(EngineError):
         engine.submit(_request(engine, 4))
@@ -156,7 +157,7 @@ def test_max_num_seqs_bounds_what_generates(cb):
 def test_legacy_generate_breaking_answers_the_queue(tiny_models):
     pipe = Faulty(construct_legacy(str(tiny_models / "tiny-llm"), "CPU", False, THREADS))
     fatal: list[str] = []
-    engine = LegacyEngine(pipe, P.LM)
+    engine = legacy_client(pipe, P.LM)
     engine.on_fatal = fatal.append
     engine.start()
     try:

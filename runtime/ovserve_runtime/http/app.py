@@ -393,7 +393,7 @@ class App:
         one batch, the legacy pipeline one after another). Sampling with a seed s: choice i uses s + i (without
         one, each its own random seed); greedy choices are alike, as OpenAI's are."""
         from ..engine import GenRequest
-        from ..engine_core import config_from_dict, config_to_dict
+        from ..engine.wire import config_from_dict, config_to_dict
 
         fields_ = config_to_dict(greq.config)
         extra = []

@@ -1,7 +1,7 @@
 """A request's generation parameters: the openvino-genai GenerationConfig fields it sets, as plain values.
 
 Pure: `generation_fields(body, max_tokens)` is table-tested; the transport copies the fields onto the
-engine's GenerationConfig (and across the engine-core pipe, engine_core.CONFIG_FIELDS).
+engine's GenerationConfig (and across the engine-core pipe, engine/wire.CONFIG_FIELDS).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ every job waiting when it wakes and runs as few calls as the jobs allow: for emb
 of all waiting requests (up to `max_batch` texts; a larger request runs alone, in slices), for rerank one call
 per request (a call has one query). Results go back to the event loop in one wake-up per call.
 
-The surface is the generation engine's (engine.Engine) where the HTTP side uses it, so that admission, the
+The surface is the generation engine client's (engine.EngineClient) where the HTTP side uses it, so that admission, the
 429 bound, the drain, readiness/liveness and the fatal path are the same code for every task: `capacity`
 (requests served by one call), `running`, `fatal` / `on_fatal`, `submit`, `cancel`, `tokenizer`.
 

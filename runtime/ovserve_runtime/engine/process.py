@@ -1,10 +1,11 @@
-"""Engine-core process: the ContinuousBatchingPipeline of a text model runs in a child process.
+"""The child-process transport: the ContinuousBatchingPipeline of a text model runs in an engine-core process.
 
-ContinuousBatchingPipeline.step() holds the GIL (openvino-genai 2026.4), so an in-process engine serializes
-every HTTP-side operation with inference. Here the child owns the pipeline (the only copy of the weights)
-and runs the same CBEngine step loop, composed with another transport: a PipeSink (engine.Sink) instead of
-the in-process LoopSink, and ids given by the client; no engine class is specialised across the boundary. The
-HTTP process keeps only the tokenizer (ProcessCBEngine, an Engine without a pipeline). One pipe between them:
+ContinuousBatchingPipeline.step() holds the GIL (openvino-genai 2026.4), so an in-process core serializes every
+HTTP-side operation with inference. Here the child owns the pipeline (the only copy of the weights) and runs the
+same CBCore as the in-process transport, composed with a PipeSink (core.Outbox) instead of a LoopSink; its main
+thread reads the pipe and hands adds and cancels to the core. The HTTP process keeps only the tokenizer: its
+ProcessClient (client.EngineClient) numbers the requests and turns step messages into their events. Nothing of
+either side overrides the other's internals: the pipe messages are the whole contract. One pipe between them:
 
   HTTP -> core   ("add", id, [prompt ids], is_tensor, {generation config fields}, preparing)
                  ("preparing", n)  ("cancel", id)  ("stop",)  preparing, n: requests the HTTP side is still parsing
@@ -32,7 +33,6 @@ import ctypes
 import logging
 import multiprocessing as mp
 import os
-import pickle
 import select
 import signal
 import threading
@@ -40,8 +40,12 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from .engine import CBEngine, Engine, EngineError, GenRequest, SchedulerOptions, _deliver, deliver
-from .report import PipelineType
+from ..report import PipelineType
+from .client import EngineClient
+from .core import CBCore, Core
+from .pipelines import SchedulerOptions
+from .request import EngineError, GenRequest, deliver, deliver_batch
+from .wire import config_from_dict, config_to_dict, recv, send
 
 log = logging.getLogger("ovserve.engine_core")
 
@@ -55,73 +59,15 @@ BURST_MAX_S = 0.25
 # step messages the event loop takes from the pipe in one go
 READ_BATCH = 64
 
-# GenerationConfig fields the server sets; they cross the pipe as plain values
-CONFIG_FIELDS = (
-    "max_new_tokens",
-    "do_sample",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "min_new_tokens",
-    "logprobs",
-    "rng_seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "stop_strings",
-    "ignore_eos",
-    "eos_token_id",
-    "stop_token_ids",
-    "apply_chat_template",
-    "num_assistant_tokens",
-    "assistant_confidence_threshold",
-    "max_ngram_size",
-)
-
-
-def send(conn, msg) -> None:
-    """Plain pickle on the pipe: the messages hold only builtin types, and multiprocessing's ForkingPickler
-    costs twice as much per message (one message per step)."""
-    conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def recv(conn):
-    return pickle.loads(conn.recv_bytes())
-
-
-# StructuredOutputConfig fields the server sets (a regex or a grammar); it crosses the pipe as a dict of them
-STRUCTURED_FIELDS = ("json_schema", "regex", "grammar")
-
-
-def config_to_dict(cfg) -> dict[str, Any]:
-    d = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
-    so = cfg.structured_output_config
-    if so is not None:
-        d["structured_output_config"] = {k: getattr(so, k) for k in STRUCTURED_FIELDS if getattr(so, k)}
-    return d
-
-
-def config_from_dict(d: dict[str, Any]):
-    import openvino_genai as g
-
-    c = g.GenerationConfig()
-    for k, v in d.items():
-        if k == "structured_output_config":
-            v = g.StructuredOutputConfig(**v)
-        setattr(c, k, v)
-    return c
-
-
 # --- the child ---------------------------------------------------------------------------------
 
 
 class PipeSink:
-    """The engine-core process's transport (engine.Sink): a step's events as one message on the pipe, keyed by
-    the ids the HTTP process gave its requests, with the engine's counters."""
+    """The engine-core process's Outbox (core.Outbox): a step's events as one message on the pipe, keyed by the
+    ids the HTTP process gave its requests, with the core's counters."""
 
-    def __init__(self, engine: CBEngine, conn) -> None:
-        self.engine, self.conn = engine, conn
+    def __init__(self, conn) -> None:
+        self.conn = conn
         self.out: list[tuple[int, str, Any]] = []
         self.announced = 0  # from the latest "add" or "preparing": requests the HTTP side is still parsing
         self.lock = threading.Lock()
@@ -130,27 +76,27 @@ class PipeSink:
         req.record(kind)
         self.out.append((req.id, kind, value))
 
-    def flush(self) -> None:
+    def flush(self, core: Core) -> None:
         out, self.out = self.out, []
         if out:
-            e = self.engine
+            c = core
             # the pipe write releases the GIL: the receiver thread takes in new requests there
-            self.send(("step", out, (e.waiting, e.running, e.cache_usage(), e.cache_bytes(), *e.spec_counts)))
+            self.send(("step", out, (c.waiting, c.running, c.cache_usage(), c.cache_bytes(), *c.spec_counts)))
         else:
             time.sleep(0)  # let the receiver thread take in new requests
 
-    def gather(self) -> None:
+    def gather(self, core: Core) -> None:
         """Idle -> busy: the requests of a burst arrive a little apart (the HTTP process parses and tokenizes
         them one by one); wait while they keep coming, so that one prefill step takes them all instead of
         the late ones waiting for a whole step of the early ones."""
-        self.flush()
-        inbox, step_s = self.engine._inbox, self.engine.step_s
+        self.flush(core)
+        step_s = core.step_s
         deadline = time.monotonic() + BURST_MAX_S
-        seen = inbox.qsize()
+        seen = core.queued()
         gap = BURST_GAP_S if step_s is None else min(BURST_GAP_S, max(BURST_GAP_MIN_S, step_s))
         while time.monotonic() < deadline:
             time.sleep(gap)
-            now = inbox.qsize()
+            now = core.queued()
             # over when nothing came for a gap and the HTTP side said it was preparing no more
             if now == seen and self.announced <= 0:
                 return
@@ -180,31 +126,25 @@ def core_main(
     # process group (Ctrl-C, systemd's control-group kill) must not end generation under it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from .engine import construct_cb
+    from .pipelines import construct_cb
 
     try:
         opts = SchedulerOptions(**sched)
-        from .speculative import SpeculativeConfig
+        from ..speculative import SpeculativeConfig
 
         sc = SpeculativeConfig(**spec) if spec else None
         pipe = construct_cb(path, device, opts, props, sc)
-        engine = CBEngine(
-            pipe,
-            PipelineType(kind),
-            max_active=opts.effective_max_num_seqs(),
-            sink=lambda e: PipeSink(e, conn),
-            client_ids=True,
-        )
-        sink = engine.sink
+        sink = PipeSink(conn)
+        core = CBCore(pipe, PipelineType(kind), sink, max_active=opts.effective_max_num_seqs())
         if sc is not None:
-            engine.set_speculation(sc.generation_fields(), sc.counted)
+            core.set_speculation(sc.generation_fields(), sc.counted)
     except Exception as exc:
         send(conn, ("init_error", str(exc).strip()))
         return
-    base = engine.base_config()
+    base = core.base_config()
     send(conn, ("ready", {"eos_token_id": base.eos_token_id, "stop_token_ids": set(base.stop_token_ids)}))
-    engine.on_fatal = lambda msg: sink.send(("fatal", msg))
-    engine.start()
+    core.on_fatal = lambda msg: sink.send(("fatal", msg))
+    core.start()
     import numpy as np
     import openvino as ov
 
@@ -222,13 +162,14 @@ def core_main(
                     logprobs=cfg.get("logprobs", 0) > 0,
                 )
                 reqs[rid] = req
-                engine.submit(req)
+                with contextlib.suppress(EngineError):  # the core failed: the parent has heard "fatal" and answers
+                    core.submit(req)
             elif msg[0] == "preparing":
                 sink.announced = msg[1]
             elif msg[0] == "cancel":
                 req = reqs.pop(msg[1], None)
                 if req is not None:
-                    engine.cancel(req)
+                    core.cancel(req)
             elif msg[0] == "echo":  # the parent's reader hands over to its event loop after this
                 sink.send(("echo",))
             elif msg[0] == "stop":
@@ -237,15 +178,16 @@ def core_main(
                 reqs = {k: r for k, r in reqs.items() if not r.finished}
     except (EOFError, OSError):
         pass  # the parent is gone
-    engine.stop()
+    core.stop()
     os._exit(0)
 
 
 # --- the HTTP side -----------------------------------------------------------------------------
 
 
-class ProcessCBEngine(Engine):
-    """The parent's view of an engine-core process; same surface as CBEngine."""
+class ProcessClient(EngineClient):
+    """The HTTP process's client of an engine-core child: numbers requests, sends them as "add" messages, and
+    turns each step message into the events of its requests, on the event loop once attached."""
 
     continuous_batching = True
     in_process = False
@@ -258,8 +200,10 @@ class ProcessCBEngine(Engine):
         # no pipeline here (it runs in the engine-core process): only its tokenizer. One thread: a tokenizer call
         # is a tiny infer request, and with the plugin's default (all cores) its threads wait for the cores the
         # engine process is using: 40-130 ms per encode() instead of 0.4 ms under load on 2 cores
-        super().__init__(None, kind, tokenizer=g.Tokenizer(path, INFERENCE_NUM_THREADS=1))
-        self.capacity = sched.effective_max_num_seqs()
+        super().__init__(kind, g.Tokenizer(path, INFERENCE_NUM_THREADS=1), sched.effective_max_num_seqs())
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's event loop, once attached
+        self._fatal: str | None = None
+        self._lock = threading.Lock()
         self._ids = iter(range(1, 1 << 62))
         self._reqs: dict[int, GenRequest] = {}
         self._stats: tuple = (0, 0, None, None, 0, 0, 0)
@@ -296,9 +240,17 @@ class ProcessCBEngine(Engine):
         self._base = msg[1]
         self._reader = threading.Thread(target=self._read, name="engine-core-reader", daemon=True)
 
-    # --- surface ---
+    # --- what the HTTP side reads: the figures of the core's last step message ---
     def base_config(self):
         return _Base(self._base)
+
+    @property
+    def fatal(self) -> str | None:
+        return self._fatal
+
+    @property
+    def step_s(self) -> float | None:
+        return None  # not sent: the watchdog uses its configured bound
 
     @property
     def waiting(self) -> int:
@@ -455,7 +407,7 @@ class ProcessCBEngine(Engine):
             reason = f"{reason} (exit code {msg_code})"
         log.error("engine process failed: %s", reason)
         with self._lock:
-            self.fatal = reason
+            self._fatal = reason
             pending, self._reqs = list(self._reqs.values()), {}
         self._stats = (0, 0, None, None, *self._stats[4:])
         for req in pending:
@@ -489,13 +441,13 @@ class ProcessCBEngine(Engine):
                 deliver(req, kind, value)
             return
         try:
-            loop.call_soon_threadsafe(_deliver, loop, rest, threading.Event())
+            loop.call_soon_threadsafe(deliver_batch, loop, rest, None)
         except RuntimeError:
             pass
 
 
 class _Base:
-    """What Engine.new_config reads from the pipeline's generation config."""
+    """What EngineClient.new_config reads from the pipeline's generation config."""
 
     def __init__(self, d: dict) -> None:
         self.eos_token_id = d["eos_token_id"]

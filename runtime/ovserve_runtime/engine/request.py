@@ -1,0 +1,128 @@
+"""A generation request as the engine sees it, and the events that answer it on the server's event loop.
+
+Every core pushes a request's events through its transport; on the event loop they reach the request's handler:
+    ("tokens", [ids...])   new generated token ids
+    ("done", finish_reason) "stop" | "length" | "cancelled"
+    ("error", message)      the request failed (the engine may still be healthy)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+class Events:
+    """A request's events on the event loop, for its one handler: the part of asyncio.Queue the server uses
+    (put_nowait, get, get_nowait, empty) without its bookkeeping (maxsize, join/task_done, getter lists), which
+    was a quarter of the HTTP process's Python time at 16 streams on a tiny model (one put and one get per
+    request per step)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque = collections.deque()
+        self._waiter: asyncio.Future | None = None
+
+    def put_nowait(self, item: Any) -> None:
+        self._items.append(item)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():  # done: its handler was cancelled
+            waiter.set_result(None)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def get_nowait(self) -> Any:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.popleft()
+
+    async def get(self) -> Any:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._items.popleft()
+
+
+class Tokens(list):
+    """A "tokens" event's ids with their log-probabilities (`logprobs`), for a request that asked for them."""
+
+    logprobs: list[float]
+
+
+def with_logprobs(ids: list[int], logprobs: list[float]) -> Tokens:
+    t = Tokens(ids)
+    t.logprobs = logprobs
+    return t
+
+
+@dataclass(eq=False)  # identity: requests live in sets and are compared as objects
+class GenRequest:
+    """One generation. `input_ids` (ov.Tensor [1, n]) for text, or `prompt` + `images` for a VLM."""
+
+    config: Any  # openvino_genai.GenerationConfig
+    max_new_tokens: int
+    input_ids: Any = None
+    prompt: str | None = None
+    images: list = field(default_factory=list)
+    loop: asyncio.AbstractEventLoop | None = None
+    events: Events | asyncio.Queue | None = None  # the server's Events; tests may use an asyncio.Queue
+    id: int = 0  # given by the engine client that takes it
+    cancelled: bool = False
+    finished: bool = False
+    submitted_at: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    generated: int = 0
+    finish_reason_raw: Any = None  # the last GenerationFinishReason the CB pipeline reported
+    preparing: int = 0  # requests the server was still parsing when it submitted this one (burst gathering)
+    logprobs: bool = False  # "tokens" events carry the sampled tokens' log-probabilities (Tokens; CB only)
+    # On the event loop: takes a step's token ids instead of the events queue (no handler wake-up); returns
+    # False when it cannot now (then the event is queued, and so is everything after it until the queue is empty)
+    sink: Callable[[list[int]], bool] | None = None
+    # Off the event loop: a caller with no loop (the smoke generation) takes each event on the engine's thread
+    on_event: Callable[[str, Any], None] | None = None
+
+    def record(self, kind: str) -> None:
+        """Bookkeeping done on the engine thread when an event is produced."""
+        if kind != "tokens":
+            self.finished = True
+        elif self.first_token_at is None:
+            self.first_token_at = time.monotonic()
+
+    def emit(self, kind: str, value: Any) -> None:
+        """One event, on its own (the batched path is the transport's): to `on_event`, or to the request's loop."""
+        self.record(kind)
+        if self.on_event is not None:
+            self.on_event(kind, value)
+        elif self.loop is not None and self.events is not None:
+            try:
+                self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+            except RuntimeError:  # the loop is closed: server shutting down
+                pass
+
+
+def deliver(req: GenRequest, kind: str, value: Any) -> None:
+    """On the event loop: one event to its request's handler, through its sink when it has one and nothing is
+    queued before it (the order of a request's events is kept)."""
+    sink = req.sink
+    if sink is not None and kind == "tokens" and req.events.empty() and sink(value):
+        return
+    req.events.put_nowait((kind, value))
+
+
+def deliver_batch(loop: asyncio.AbstractEventLoop, out: list, ev: threading.Event | None) -> None:
+    """On the event loop: one step's events to their requests; then `ev` tells the engine thread they are out."""
+    for req, kind, value in out:
+        deliver(req, kind, value)
+    if ev is not None:
+        loop.call_soon(ev.set)
