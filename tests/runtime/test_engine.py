@@ -6,19 +6,30 @@ import asyncio
 import time
 
 import pytest
-from ovserve_runtime.engine import GenRequest
+from ovserve_runtime.engine import EngineClient, GenRequest
 from ovserve_runtime.loader import LoadOptions, load
 from ovserve_runtime.report import PipelineType as P
 
 pytestmark = pytest.mark.runtime
 
 
-@pytest.fixture(scope="module", params=[("tiny-llm", P.LM_CB), ("tiny-llm", P.LM)], ids=["cb", "legacy"])
+@pytest.fixture(
+    scope="module",
+    params=[(P.LM_CB, True), (P.LM_CB, False), (P.LM, False)],
+    ids=["cb-process", "cb-in-process", "legacy"],
+)
 def engine(request, tiny_models):
-    model, ptype = request.param
+    """Every core behind every transport it runs with, through the one client interface."""
+    ptype, process = request.param
     eng, _, _ = load(
-        LoadOptions(model_path=str(tiny_models / model), pipeline_type=ptype, properties={"INFERENCE_NUM_THREADS": 1})
+        LoadOptions(
+            model_path=str(tiny_models / "tiny-llm"),
+            pipeline_type=ptype,
+            properties={"INFERENCE_NUM_THREADS": 1},
+            engine_process=process,
+        )
     )
+    assert isinstance(eng, EngineClient) and eng.in_process is not process
     yield eng
     eng.stop()
 
