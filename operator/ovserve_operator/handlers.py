@@ -65,26 +65,27 @@ CONCURRENCY = 16
 
 class _Context:
     def __init__(self) -> None:
-        self.settings = Settings()
         self.kube: Kube | None = None
         self.health = HealthState()
-        self.queue = statusqueue.WorkQueue(self.settings.status_interval_s)
-        self.memories = statusqueue.Memories(self.settings.readback_grace_s)
-        self.own_writes = echo.OwnWrites()
         self.task: asyncio.Task | None = None
         self.events_forbidden = False  # RBAC without `list events`: stop asking, say it once
-        self.budget = rolloutbudget.RolloutBudget(self.settings.rollout_budget, self.settings.rollout_budget_timeout_s)
+        self.reset(Settings())
+
+    def reset(self, settings: Settings) -> None:
+        """The settings and the state built from them (fresh: nothing remembered)."""
+        self.settings = settings
+        self.queue = statusqueue.WorkQueue(settings.status_interval_s, resync_per_s=settings.status_resync_per_s)
+        self.memories = statusqueue.Memories(settings.readback_grace_s)
+        self.own_writes = echo.OwnWrites()
+        self.budget = rolloutbudget.RolloutBudget(settings.rollout_budget, settings.rollout_budget_timeout_s)
 
 
 CTX = _Context()
 
 
 def configure(settings: Settings, kube: Kube, health: HealthState) -> None:
-    CTX.settings, CTX.kube, CTX.health = settings, kube, health
-    CTX.queue = statusqueue.WorkQueue(settings.status_interval_s)
-    CTX.memories = statusqueue.Memories(settings.readback_grace_s)
-    CTX.own_writes = echo.OwnWrites()
-    CTX.budget = rolloutbudget.RolloutBudget(settings.rollout_budget, settings.rollout_budget_timeout_s)
+    CTX.kube, CTX.health = kube, health
+    CTX.reset(settings)
 
 
 def _kube() -> Kube:

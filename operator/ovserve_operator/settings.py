@@ -209,6 +209,14 @@ class Settings(BaseModel):
     status_interval_s: Seconds = _env(
         5.0, "OVSERVE_STATUS_INTERVAL_SECONDS", "status resync period (pod events trigger a refresh at once)"
     )
+    status_resync_per_s: float = _env(
+        50.0,
+        "OVSERVE_STATUS_RESYNC_PER_SECOND",
+        "the resync's budget: at most this many periodic refreshes a second, so that with more objects than "
+        "budget x period the period grows (10,000 objects: 200 s) instead of the operator's CPU; events and "
+        "first refreshes are not budgeted; 0 = no budget",
+        ge=0,
+    )
     status_http_timeout_s: Seconds = 2.0  # per GET /v1/status of a pod (not configurable)
     readback_grace_s: Seconds = _env(
         30.0,

@@ -2,7 +2,9 @@
 
 Moved out of the kopf glue so that it can be tested alone: the clock and the indexes are injected.
 
-- `WorkQueue`: dirty marks (an index event) and due times (every `interval`); forgets deleted objects.
+- `WorkQueue`: dirty marks (an index event) and due times (every `interval`); forgets deleted objects. The
+  periodic resync has a budget (`resync_per_s`, a token bucket): at thousands of objects the period grows to
+  objects / budget instead of the operator's CPU; marks and an object's first refresh are never held back.
 - `Memory`: per-object state between cycles: the last status written, when children were last applied,
   the last refused apply, the readback grace of its pods, their mount-failure Events.
 - `needs_patch`: write only when the status changed (never a heartbeat: an object whose facts did not
@@ -42,9 +44,12 @@ Clock = Callable[[], float]
 class WorkQueue:
     """Dirty and due bookkeeping (no I/O). `clock` is monotonic seconds."""
 
-    def __init__(self, interval_s: float, clock: Clock = time.monotonic) -> None:
+    def __init__(self, interval_s: float, clock: Clock = time.monotonic, resync_per_s: float = 0.0) -> None:
         self.interval = interval_s
         self.clock = clock
+        self.rate = resync_per_s  # resync refreshes a second at most; 0: no budget
+        self.tokens = max(1.0, resync_per_s)  # a second's worth may go at once
+        self.filled_at = clock()
         self.active: set[Key] = set()  # seen by create/update/resume (i.e. after the indexes filled)
         self.dirty: set[Key] = set()
         self.due: dict[Key, float] = {}
@@ -70,6 +75,15 @@ class WorkQueue:
             self.due.pop(k, None)
         marked = sorted(k for k in here if k in self.dirty)
         due = sorted(k for k in here if k not in self.dirty and self.due.get(k, 0.0) <= now)
+        if self.rate > 0:
+            # never refreshed: not a resync, not budgeted; the rest oldest first, as many as the budget allows
+            first = [k for k in due if k not in self.due]
+            later = sorted((k for k in due if k in self.due), key=lambda k: (self.due[k], k))
+            self.tokens = min(max(1.0, self.rate), self.tokens + (now - self.filled_at) * self.rate)
+            self.filled_at = now
+            n = min(len(later), int(self.tokens))
+            self.tokens -= n
+            due = sorted(first + later[:n])  # the others stay overdue: taken when the budget allows
         self.dirty.difference_update(marked)
         for k in marked + due:
             self.due[k] = now + self.interval
@@ -81,9 +95,13 @@ class WorkQueue:
         return marked + due, gone
 
     def wait_s(self) -> float:
-        """Seconds until the next due time (at most `interval`, at least 50 ms)."""
+        """Seconds until the next due time, or, while resyncs wait for the budget, until the next token (at
+        most `interval`, at least 50 ms)."""
         now = self.clock()
-        return max(0.05, min([*(d - now for d in self.due.values()), self.interval]))
+        waits = [d - now for d in self.due.values()]
+        if self.rate > 0 and any(w <= 0 for w in waits):
+            waits = [w for w in waits if w > 0] + [(1.0 - self.tokens) / self.rate]
+        return max(0.05, min([*waits, self.interval]))
 
 
 @dataclasses.dataclass

@@ -344,3 +344,56 @@ def test_a_marked_object_goes_ahead_of_the_resync_backlog():
         assert started == [*objs[:3], objs[7], *objs[3:7]]
 
     asyncio.run(scenario())
+
+
+def _refresh_gaps(n: int, interval: float, rate: float, horizon: float = 200.0) -> tuple[float, int]:
+    """Drive a WorkQueue the way the controller does (take, then sleep wait_s) for `horizon` seconds:
+    (the mean gap between two resyncs of one object, the most resyncs taken in any one second)."""
+    clock = FakeClock()
+    q = sq.WorkQueue(interval, clock, resync_per_s=rate)
+    keys = [("ns", f"o{i:05d}") for i in range(n)]
+    for k in keys:
+        q.activate(k)
+    present = set(keys)
+    assert sorted(q.take(present)[0]) == keys  # first refreshes: all at once, never budgeted
+    start, last, gaps, per_second = clock.t, {k: clock.t for k in keys}, [], {}
+    while clock.t < start + horizon:
+        clock.t += q.wait_s()
+        taken, _ = q.take(present)
+        second = int(clock.t - start)
+        per_second[second] = per_second.get(second, 0) + len(taken)
+        for k in taken:
+            gaps.append(clock.t - last[k])
+            last[k] = clock.t
+    return sum(gaps) / len(gaps), max(per_second.values())
+
+
+@pytest.mark.parametrize(
+    "n,interval,rate,period,burst",
+    [
+        (10, 5.0, 50.0, 5.0, 10),  # few objects: the interval, the budget does not bind
+        (1000, 5.0, 50.0, 20.0, 50),  # 1,000 objects at 50 a second: every 20 s, never more than 50 a second
+        (200, 5.0, 20.0, 10.0, 20),
+        (1000, 5.0, 0.0, 5.0, 1000),  # no budget: the interval, in bursts of every object
+    ],
+)
+def test_resync_budget_grows_the_period_not_the_rate(n, interval, rate, period, burst):
+    mean_gap, most = _refresh_gaps(n, interval, rate)
+    assert mean_gap == pytest.approx(period, rel=0.1)
+    assert most <= burst + (rate or 0)  # a second's worth of budget, plus what refilled within that second
+
+
+def test_marks_and_first_refreshes_are_not_held_back_by_the_budget():
+    clock = FakeClock()
+    q = sq.WorkQueue(5.0, clock, resync_per_s=1.0)
+    for k in (A, B):
+        q.activate(k)
+    assert q.take({A, B}) == ([A, B], [])
+    clock.t += 5.0
+    assert q.take({A, B}) == ([A], [])  # both due, one token: the older (then by name) goes
+    assert q.wait_s() == pytest.approx(1.0)  # B waits for the next token, not the next interval
+    q.mark(B)
+    assert q.take({A, B}) == ([B], [])  # a mark is taken with no budget left
+    C = ("ns", "c")
+    q.activate(C)
+    assert q.take({A, B, C}) == ([C], [])  # so is a new object's first refresh
