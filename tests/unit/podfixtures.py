@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
-from ovserve_operator import render
+from ovserve_operator import render, status
+from ovserve_operator import spec as api
+from ovserve_operator.readback import Reading
 from ovserve_runtime.report import PipelineReport, PipelineType, Reason, RuntimeReport, State
 
 PA_ERROR = (
@@ -127,3 +131,35 @@ def creating(name: str, *, hash: str = "h1", init: dict[str, Any] | None = None)
     p = pod(name, hash=hash, phase="Pending", ready=False, waiting=("ContainerCreating", ""), init=init)
     del p["status"]["podIP"]
     return p
+
+
+def readings(reports: Mapping[str, RuntimeReport | None]) -> dict[str, Reading]:
+    """Each pod's report as the operator reads it: over HTTP, a failed one from the termination message."""
+    return {n: Reading(r, "http" if r and r.state != "failed" else "terminationMessage") for n, r in reports.items()}
+
+
+def compute(
+    spec: api.LLMServingSpec,
+    pods: list[dict],
+    reads: Mapping[str, Reading],
+    *,
+    now: dt.datetime,
+    name: str = "llm",
+    generation: int = 1,
+    previous: Mapping[str, Any] | None = None,
+    desired_hash: str = "h1",
+    **extra: Any,
+) -> status.Result:
+    """status.compute of one LLMServing in namespace ns (the tests' common arguments; `extra`: the rest)."""
+    return status.compute(
+        name=name,
+        namespace="ns",
+        generation=generation,
+        spec=spec,
+        pods=pods,
+        readings=dict(reads),
+        previous=previous,
+        desired_hash=desired_hash,
+        now=now,
+        **extra,
+    )

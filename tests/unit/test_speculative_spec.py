@@ -15,6 +15,7 @@ from ovserve_runtime.report import SpeculativeMode, SpeculativeReason, Speculati
 from pydantic import ValidationError
 
 from .podfixtures import CB_READY, LOADING, pod
+from .podfixtures import compute as compute_status
 
 HOST = {"hostPath": {"path": "/models/tiny-llm"}}
 DRAFT = {"hostPath": {"path": "/models/tiny-llm-draft"}}
@@ -162,16 +163,8 @@ def _report(resolved: str, reason: SpeculativeReason, fallback: bool = False, me
 def compute(reports: dict, previous=None, speculative=None):
     s = api.parse_spec({"model": HOST, "replicas": len(reports), "speculative": speculative or {"draftModel": DRAFT}})
     pods = [pod(n, ip=f"10.0.0.{i}") for i, n in enumerate(sorted(reports))]
-    return st.compute(
-        name="llm",
-        namespace="ns",
-        generation=2,
-        spec=s,
-        pods=pods,
-        readings={n: Reading(r, "http") for n, r in reports.items()},
-        previous=previous,
-        desired_hash="h1",
-        now=NOW,
+    return compute_status(
+        s, pods, {n: Reading(r, "http") for n, r in reports.items()}, now=NOW, generation=2, previous=previous
     )
 
 

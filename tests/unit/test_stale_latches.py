@@ -8,13 +8,13 @@ import datetime as dt
 import pytest
 from ovserve_operator import podview
 from ovserve_operator import spec as api
-from ovserve_operator import status as st
 from ovserve_operator.readback import Reading, choose
 from ovserve_runtime import cli
 from ovserve_runtime.http.app import failed_state
 from ovserve_runtime.report import TERMINATION_MESSAGE_LIMIT, RuntimeReport
 
 from .podfixtures import CB_READY, pod, report
+from .podfixtures import compute as compute_status
 
 NOW = dt.datetime(2026, 12, 4, 7, 0, 0, tzinfo=dt.UTC)
 LOAD_FAILED = report("failed", resolved=None, reason="ModelLoadFailed", message="cannot compile the model")
@@ -23,17 +23,7 @@ TIMEOUT = "GET /v1/status: no answer in time"
 
 def compute(pods, readings, replicas=1):
     spec = api.parse_spec({"model": {"hostPath": {"path": "/models/tiny"}}, "replicas": replicas})
-    return st.compute(
-        name="llm",
-        namespace="ns",
-        generation=1,
-        spec=spec,
-        pods=pods,
-        readings=readings,
-        previous=None,
-        desired_hash="h1",
-        now=NOW,
-    ).status
+    return compute_status(spec, pods, readings, now=NOW).status
 
 
 def ready(status):

@@ -11,7 +11,8 @@ from ovserve_operator import status as st
 from ovserve_operator.readback import Reading
 from ovserve_operator.reasons import REGISTRY
 
-from .podfixtures import CB_READY, FALLBACK_READY, LEGACY_READY, LOADING, PA_ERROR, REFUSED, pod, report
+from .podfixtures import CB_READY, FALLBACK_READY, LEGACY_READY, LOADING, PA_ERROR, REFUSED, pod, readings, report
+from .podfixtures import compute as compute_status
 
 NOW = dt.datetime(2026, 12, 3, 7, 0, 0, tzinfo=dt.UTC)
 LATER = NOW + dt.timedelta(minutes=5)
@@ -29,20 +30,18 @@ def spec(pipeline: str = "AUTO", replicas: int = 1, device: str = "CPU") -> api.
     )
 
 
-def compute(pods, reports, *, pipeline="AUTO", replicas=1, previous=None, now=NOW, generation=3, desired_hash="h1"):
-    readings = {
-        name: Reading(r, "http" if r and r.state != "failed" else "terminationMessage") for name, r in reports.items()
-    }
-    return st.compute(
-        name="llm",
-        namespace="ns",
+def compute(
+    pods, reports, *, pipeline="AUTO", replicas=1, previous=None, now=NOW, generation=3, desired_hash="h1", **extra
+):
+    return compute_status(
+        spec(pipeline, replicas),
+        pods,
+        readings(reports),
+        now=now,
         generation=generation,
-        spec=spec(pipeline, replicas),
-        pods=pods,
-        readings=readings,
         previous=previous,
         desired_hash=desired_hash,
-        now=now,
+        **extra,
     )
 
 
@@ -519,31 +518,9 @@ def test_stale_generation_conditions_follow_generation():
 
     refused = ApplyError(6, 422, "Deployment/llm", "spec.template: invalid", "ApplyFailed")
     pods = [pod("a", ready=False, unschedulable="0/1 nodes are available")]
-    old = st.compute(
-        name="llm",
-        namespace="ns",
-        generation=6,
-        spec=spec(),
-        pods=pods,
-        readings={},
-        previous=None,
-        desired_hash="h1",
-        now=NOW,
-        apply_error=refused,
-    ).status
+    old = compute_status(spec(), pods, {}, now=NOW, generation=6, apply_error=refused).status
     assert (old["observedGeneration"], cond(old, "Ready")["reason"]) == (6, "ApplyFailed")
-    new = st.compute(
-        name="llm",
-        namespace="ns",
-        generation=7,
-        spec=spec(),
-        pods=pods,
-        readings={},
-        previous=old,
-        desired_hash="h1",
-        now=LATER,
-        apply_error=refused,
-    ).status
+    new = compute_status(spec(), pods, {}, now=LATER, generation=7, previous=old, apply_error=refused).status
     assert new["observedGeneration"] == 7
     assert [c["observedGeneration"] for c in new["conditions"]] == [7, 7, 7]
     assert cond(new, "Ready")["reason"] == "Unschedulable" and new["phase"] == "Pending"
@@ -556,18 +533,7 @@ def test_stale_generation_conditions_follow_generation():
 def test_a_missing_child_is_not_ready_and_named():
     ready = compute([pod("a")], {"a": CB_READY}).status
     assert cond(ready, "Ready")["status"] == "True" and ready["endpoint"]
-    gone = st.compute(
-        name="llm",
-        namespace="ns",
-        generation=3,
-        spec=spec(),
-        pods=[pod("a")],
-        readings={"a": Reading(CB_READY, "http")},
-        previous=ready,
-        desired_hash="h1",
-        now=LATER,
-        missing_children=["Service"],
-    )
+    gone = compute([pod("a")], {"a": CB_READY}, previous=ready, now=LATER, missing_children=["Service"])
     ready_cond = cond(gone.status, "Ready")
     assert (ready_cond["status"], ready_cond["reason"]) == ("False", "ChildMissing")
     assert "Service llm" in ready_cond["message"]
@@ -588,16 +554,12 @@ def test_pods_of_a_hand_edited_template_are_not_current():
     ]
     plain = pod("b")
     plain["spec"]["containers"] = template["spec"]["containers"]
-    result = st.compute(
-        name="llm",
-        namespace="ns",
-        generation=3,
-        spec=spec(),
-        pods=[edited, plain],
-        readings={"a": Reading(CB_READY, "http"), "b": Reading(CB_READY, "http")},
-        previous=None,
-        desired_hash="h1",
+    result = compute_status(
+        spec(),
+        [edited, plain],
+        {"a": Reading(CB_READY, "http"), "b": Reading(CB_READY, "http")},
         now=NOW,
+        generation=3,
         desired_template=template,
     ).status
     assert result["readyReplicas"] == 1 and result["previous"]["replicas"] == 1
@@ -636,18 +598,7 @@ def test_pods_refused_by_admission_show_the_deployments_message():
             {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": msg},
         ],
     }
-    res = st.compute(
-        name="llm",
-        namespace="ns",
-        generation=1,
-        spec=spec(),
-        pods=[],
-        readings={},
-        previous=None,
-        desired_hash="h1",
-        now=NOW,
-        deployment=dep,
-    )
+    res = compute_status(spec(), [], {}, now=NOW, deployment=dep)
     ready = cond(res.status, "Ready")
     assert (res.status["phase"], ready["reason"]) == ("Failed", "FailedCreate")
     assert msg in ready["message"]

@@ -6,11 +6,11 @@ import datetime as dt
 
 import pytest
 from ovserve_operator import spec as api
-from ovserve_operator import status as st
 from ovserve_operator.readback import Reading
 from ovserve_runtime.report import Decision, Decisions, Source
 
 from .podfixtures import CB_READY, LOADING, pod
+from .podfixtures import compute as compute_status
 
 NOW = dt.datetime(2026, 12, 4, 7, 0, 0, tzinfo=dt.UTC)
 SPEC = api.parse_spec({"model": {"hostPath": {"path": "/models/tiny"}}, "replicas": 2})
@@ -31,18 +31,7 @@ def ready(d: Decisions | None):
 
 def compute(reports: dict, previous=None):
     pods = [pod(name, ip=f"10.0.0.{i}") for i, name in enumerate(sorted(reports))]
-    readings = {n: Reading(r, "http") for n, r in reports.items()}
-    return st.compute(
-        name="llm",
-        namespace="ns",
-        generation=1,
-        spec=SPEC,
-        pods=pods,
-        readings=readings,
-        previous=previous,
-        desired_hash="h1",
-        now=NOW,
-    )
+    return compute_status(SPEC, pods, {n: Reading(r, "http") for n, r in reports.items()}, now=NOW, previous=previous)
 
 
 def events(result, reason):

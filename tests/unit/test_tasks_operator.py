@@ -9,8 +9,6 @@ import datetime as dt
 import pytest
 from ovserve_operator import render
 from ovserve_operator import spec as api
-from ovserve_operator import status as st
-from ovserve_operator.readback import Reading
 from ovserve_runtime.report import (
     Decision,
     EmbeddingsReport,
@@ -24,7 +22,8 @@ from ovserve_runtime.report import (
 )
 from pydantic import ValidationError
 
-from .podfixtures import pod
+from .podfixtures import compute as compute_status
+from .podfixtures import pod, readings
 
 NOW = dt.datetime(2026, 12, 3, 7, 0, 0, tzinfo=dt.UTC)
 MODEL = {"hostPath": {"path": "/models/m"}}
@@ -131,18 +130,7 @@ def _mismatch_report() -> RuntimeReport:
 
 def _compute(s: api.LLMServingSpec, reports: dict[str, RuntimeReport], **pod_kw) -> dict:
     pods = [pod(n, **pod_kw) for n in reports]
-    readings = {n: Reading(r, "http" if r.state != "failed" else "terminationMessage") for n, r in reports.items()}
-    return st.compute(
-        name="e",
-        namespace="ns",
-        generation=1,
-        spec=s,
-        pods=pods,
-        readings=readings,
-        previous=None,
-        desired_hash="h1",
-        now=NOW,
-    ).status
+    return compute_status(s, pods, readings(reports), now=NOW, name="e").status
 
 
 def test_status_shows_the_resolved_task_and_embeddings_settings():
