@@ -10,6 +10,8 @@ Raw and HTTP runs alternate (`--reps` paired runs per C); the table shows median
 paired HTTP/raw ratio. Documents: synthetic sentences of 8-40 words (no hub). CPU per document (user +
 system: the benchmark process around a raw run; the server process and the client around an HTTP run) is
 printed too: on a shared machine whose cores are all busy, throughput follows it, and it moves less.
+raw/(server+client) CPU is the HTTP/raw throughput such a machine allows when the client runs on the
+server's cores; the server's mean batch (texts per pipeline call, from its metrics) shows the batching.
 """
 
 from __future__ import annotations
@@ -61,6 +63,17 @@ class EmbedServer:
     def status(self) -> dict:
         with urllib.request.urlopen(self.url + "/v1/status", timeout=5) as r:
             return json.loads(r.read())
+
+    def batch_counts(self) -> tuple[float, float]:
+        """(texts, pipeline calls) so far, from ovserve_task_batch_texts."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        got = {}
+        for line in text.splitlines():
+            if line.startswith(("ovserve_task_batch_texts_sum ", "ovserve_task_batch_texts_count ")):
+                name, value = line.split()
+                got[name] = float(value)
+        return got.get("ovserve_task_batch_texts_sum", 0.0), got.get("ovserve_task_batch_texts_count", 0.0)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -136,13 +149,15 @@ def bench(model: str, a) -> dict:
         asyncio.run(_http_run(server.url, docs[:64], 4, a.docs_per_request))
         for c in clients:
             batch = min(c * a.docs_per_request, a.embeddings_max_batch)
-            raws, https, ratios, raw_cpu, server_cpu, client_cpu = [], [], [], [], [], []
+            raws, https, ratios, raw_cpu, server_cpu, client_cpu, batches = [], [], [], [], [], [], []
             for _ in range(a.reps):
                 r, rc = raw_run(pipe, docs, batch)
-                s0, k0 = proc_cpu(server.proc.pid), self_cpu()
+                s0, k0, (t0, n0) = proc_cpu(server.proc.pid), self_cpu(), server.batch_counts()
                 h = asyncio.run(_http_run(server.url, docs, c, a.docs_per_request))
                 server_cpu.append((proc_cpu(server.proc.pid) - s0) * 1000 / len(docs))
                 client_cpu.append((self_cpu() - k0) * 1000 / len(docs))
+                t1, n1 = server.batch_counts()
+                batches.append((t1 - t0) / max(1.0, n1 - n0))
                 raws.append(r)
                 raw_cpu.append(rc)
                 https.append(h)
@@ -159,6 +174,10 @@ def bench(model: str, a) -> dict:
                     "raw_cpu_ms": st.median(raw_cpu),
                     "server_cpu_ms": st.median(server_cpu),
                     "client_cpu_ms": st.median(client_cpu),
+                    "server_batch": st.median(batches),
+                    # what a machine whose cores the client shares with the server allows: raw CPU per document
+                    # over the server's and the client's together
+                    "cpu_ceiling": st.median(raw_cpu) / (st.median(server_cpu) + st.median(client_cpu)),
                 }
             )
             print(f"  {c} clients done", file=sys.stderr)
@@ -173,15 +192,16 @@ def print_table(res: dict, a) -> None:
         f"threads {a.threads}, max batch {a.embeddings_max_batch}, {a.reps} paired reps"
     )
     print(
-        "| clients | raw batch | raw docs/s | HTTP docs/s | HTTP/raw (min-max) | CPU ms/doc raw | server | client "
-        "| raw/server CPU |"
+        "| clients | raw batch | server batch | raw docs/s | HTTP docs/s | HTTP/raw (min-max) | CPU ms/doc raw | "
+        "server | client | raw/server CPU | raw/(server+client) CPU |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in res["rows"]:
         print(
-            f"| {r['clients']} | {r['raw_batch']} | {r['raw_docs_s']:.0f} | {r['http_docs_s']:.0f} | "
-            f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['raw_cpu_ms']:.2f} | "
-            f"{r['server_cpu_ms']:.2f} | {r['client_cpu_ms']:.2f} | {r['raw_cpu_ms'] / r['server_cpu_ms']:.2f} |"
+            f"| {r['clients']} | {r['raw_batch']} | {r['server_batch']:.1f} | {r['raw_docs_s']:.0f} | "
+            f"{r['http_docs_s']:.0f} | {r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | "
+            f"{r['raw_cpu_ms']:.2f} | {r['server_cpu_ms']:.2f} | {r['client_cpu_ms']:.2f} | "
+            f"{r['raw_cpu_ms'] / r['server_cpu_ms']:.2f} | {r['cpu_ceiling']:.2f} |"
         )
 
 

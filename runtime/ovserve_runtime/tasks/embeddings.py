@@ -24,7 +24,6 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..encoder import encode_rows
 from ..flags import Pooling, RuntimeFlags
 from ..openai.request import RequestError, error_of
 from ..report import EmbeddingsReport
@@ -121,19 +120,18 @@ class Embeddings:
 
     def respond(self, job: Job, result: tuple[list, int], ctx: Context) -> dict:
         vectors, ctx.tokens = result
-        data = []
-        for i, v in enumerate(vectors):
-            vec = np.asarray(v, dtype=np.float32)
-            if ctx.dimensions < vec.shape[0]:
-                vec = vec[: ctx.dimensions]
-                if self.normalized:
-                    norm = float(np.linalg.norm(vec))
-                    vec = vec / norm if norm > 0 else vec
-            if ctx.body.encoding_format == "base64":
-                emb: Any = base64.b64encode(vec.astype("<f4").tobytes()).decode()
-            else:
-                emb = vec.tolist()
-            data.append({"object": "embedding", "index": i, "embedding": emb})
+        # one array for the request's vectors (little-endian float32: the base64 layout), not one per vector
+        arr = np.asarray(vectors, dtype="<f4")
+        if ctx.dimensions < arr.shape[1]:
+            arr = arr[:, : ctx.dimensions]
+            if self.normalized:
+                norms = np.linalg.norm(arr, axis=1, keepdims=True)
+                arr = np.divide(arr, norms, out=arr.copy(), where=norms > 0).astype("<f4")
+        if ctx.body.encoding_format == "base64":
+            embs: list[Any] = [base64.b64encode(row.tobytes()).decode() for row in arr]
+        else:
+            embs = arr.tolist()
+        data = [{"object": "embedding", "index": i, "embedding": emb} for i, emb in enumerate(embs)]
         return {
             "object": "list",
             "data": data,
@@ -179,7 +177,8 @@ def make_engine(pipeline: Any, tokenizer: Any, max_batch: int, limit: int | None
         from ..openai.errors import ApiError
 
         texts = [t for j in jobs for t in j.texts]
-        lengths = [len(r) for r in encode_rows(tokenizer, texts, True)]
+        # the texts' token counts from one tokenizer call (the attention mask's rows; no per-text arrays)
+        lengths = np.asarray(tokenizer.encode(texts, add_special_tokens=True).attention_mask.data).sum(axis=1).tolist()
         results: list[Any] = [None] * len(jobs)
         keep: list[int] = []
         at = 0
