@@ -6,6 +6,11 @@
 #   hack/models/bench-qwen.sh bench-qwen-small   -> .../bench-qwen-small
 #       the same architecture at ~25M parameters (512 hidden, 8 layers, 8/2 heads, 1280 inter, 8192 vocab),
 #       int8 IR ~26 MB: small enough for the device bundle (hack/bench/device.sh), about a minute.
+#   hack/models/bench-qwen.sh bench-qwen-draft   -> .../bench-qwen-draft
+#       bench-qwen's speculative draft (runtime_bench.py --speculative --models bench-qwen --draft
+#       bench-qwen-draft): the same vocabulary (151936) and the same locally trained tokenizer (the BPE training
+#       is deterministic, so the runtime's draft tokenizer check finds it identical), 2 layers, 256 hidden,
+#       4/2 heads, 512 inter, ~40M parameters (nearly all embeddings); a few minutes (the tokenizer).
 # Random weights, a locally trained BPE tokenizer, int8 weights. No model hub. Needs the exporter venv that
 # build.sh creates (run `hack/models/build.sh` once first). Kept apart from build.sh so that it does not
 # change the stamps of the default test models; each variant has its own stamp.
@@ -19,8 +24,9 @@ name=${1:-bench-qwen}
 case $name in
   bench-qwen) shape=() ;;
   bench-qwen-small) shape=(--hidden 512 --inter 1280 --layers 8 --heads 8 --kv 2 --vocab 8192) ;;
-  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
-  *) echo "unknown benchmark model: $name (bench-qwen, bench-qwen-small)" >&2; exit 2 ;;
+  bench-qwen-draft) shape=(--hidden 256 --inter 512 --layers 2 --heads 4 --kv 2) ;;
+  -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+  *) echo "unknown benchmark model: $name (bench-qwen, bench-qwen-small, bench-qwen-draft)" >&2; exit 2 ;;
 esac
 key=$( { echo "$name ${shape[*]}"; cat "$here/bench-qwen.sh" "$here"/bench/*.py "$here/requirements-export.txt"; } \
   | sha256sum | cut -c1-16)
