@@ -7,12 +7,14 @@ Figures: throughput, TTFT and TPOT (p50), and from the server's /metrics the spe
 decode steps, draft tokens proposed (known for a draft with a fixed count), accepted tokens, acceptance rate
 (accepted / proposed) and accepted tokens per decode step. `cost` = the mode's throughput / no speculation's.
 
-What the figures mean with random weights (every model of hack/models): the draft's proposals are almost never
-what the model picks, so acceptance is near zero and the figures measure the PRICE of speculation, not its gain:
-every decode step runs the draft num_assistant_tokens times and the model verifies num_assistant_tokens + 1
-positions, to keep one token. Prompt lookup proposes only where an n-gram of the prompt matches the text so far
-(the repetitive benchmark prompt makes that often), at nearly no drafting cost, and its accepted count is what
-random weights happen to agree with. Real gains need trained models whose draft agrees with them (Intel measured
+What the figures mean with random weights (every model of hack/models): they measure what speculation costs or
+saves on these models' greedy output, not on real text. A draft that does not predict the model (tiny-llm-draft
+for tiny-bench, bench-qwen-draft-untied for bench-qwen) has acceptance near zero, and its figures are the PRICE of
+a draft that is never right: every decode step runs the draft num_assistant_tokens times and the model verifies
+num_assistant_tokens + 1 positions, to keep one token. Acceptance near one with random weights is an artefact:
+bench-qwen's greedy output repeats one token, which a tied-embedding random draft (bench-qwen-draft) repeats too,
+and which prompt lookup finds as an n-gram of the text so far. Prompt lookup proposes only where an n-gram
+matches, at nearly no drafting cost. Real gains need trained models whose draft agrees with them (Intel measured
 1.3-1.4x on Qwen3-8B with a small draft); run this with `--models <model> --draft <draft>` on such a pair.
 """
 
@@ -122,8 +124,9 @@ def _print(name: str, draft: Path | None, res: dict, a) -> None:
                 f"| {d['tpot_p50_ms']:.2f} | {steps:.0f} | {proposed:.0f} | {accepted:.0f} | {rate} | {per_step} |"
             )
     print(
-        "\nRandom weights: acceptance near zero is expected (the draft does not predict the model); `cost` is the "
-        "price of turning speculation on with a draft that is never right. Prompt lookup's proposed count is not "
+        "\nRandom weights: acceptance near zero (a draft that does not predict the model) makes `cost` the price of "
+        "turning speculation on with a draft that is never right; acceptance near one comes from a greedy output "
+        "that repeats one token (a random model's), not from a good draft. Prompt lookup's proposed count is not "
         "exposed by openvino-genai's add_request/step API (n/a)."
     )
     if any(t != int(n) * a.max_tokens for n, by in res.items() for d in by.values() for t in d["tokens"]):

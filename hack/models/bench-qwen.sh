@@ -10,7 +10,11 @@
 #       bench-qwen's speculative draft (runtime_bench.py --speculative --models bench-qwen --draft
 #       bench-qwen-draft): the same vocabulary (151936) and the same locally trained tokenizer (the BPE training
 #       is deterministic, so the runtime's draft tokenizer check finds it identical), 2 layers, 256 hidden,
-#       4/2 heads, 512 inter, ~40M parameters (nearly all embeddings); a few minutes (the tokenizer).
+#       4/2 heads, 512 inter, ~40M parameters (nearly all embeddings); under a minute. With random weights its
+#       proposals are accepted almost always: it repeats the last token, and bench-qwen's greedy output repeats one.
+#   hack/models/bench-qwen.sh bench-qwen-draft-untied   -> .../bench-qwen-draft-untied
+#       the same draft with its own random output head (~80M parameters): its proposals are almost never
+#       accepted, the price of speculation with a draft that is never right.
 # Random weights, a locally trained BPE tokenizer, int8 weights. No model hub. Needs the exporter venv that
 # build.sh creates (run `hack/models/build.sh` once first). Kept apart from build.sh so that it does not
 # change the stamps of the default test models; each variant has its own stamp.
@@ -25,8 +29,9 @@ case $name in
   bench-qwen) shape=() ;;
   bench-qwen-small) shape=(--hidden 512 --inter 1280 --layers 8 --heads 8 --kv 2 --vocab 8192) ;;
   bench-qwen-draft) shape=(--hidden 256 --inter 512 --layers 2 --heads 4 --kv 2) ;;
-  -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-  *) echo "unknown benchmark model: $name (bench-qwen, bench-qwen-small, bench-qwen-draft)" >&2; exit 2 ;;
+  bench-qwen-draft-untied) shape=(--hidden 256 --inter 512 --layers 2 --heads 4 --kv 2 --untied) ;;
+  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  *) echo "unknown benchmark model: $name (bench-qwen, bench-qwen-small, bench-qwen-draft, bench-qwen-draft-untied)" >&2; exit 2 ;;
 esac
 key=$( { echo "$name ${shape[*]}"; cat "$here/bench-qwen.sh" "$here"/bench/*.py "$here/requirements-export.txt"; } \
   | sha256sum | cut -c1-16)
