@@ -33,8 +33,9 @@ server uses, and refills a slot only after a round trip through its own processe
 per token is no higher under aiperf.
 
 Speculative decoding (`--speculative`, benchmarks/speculative_bench.py): no speculation vs a draft (--draft,
-default tiny-llm-draft, which shares tiny-bench's tokenizer) vs prompt lookup over HTTP: throughput, TTFT, TPOT
-and the acceptance counters; with random weights it measures the price of speculation that is never right.
+default tiny-llm-draft, which shares tiny-bench's tokenizer; several comma-separated drafts run side by side)
+vs prompt lookup over HTTP: throughput, TTFT, TPOT and the acceptance counters; with random weights it
+measures the price of speculation that is never right (and a high acceptance there is an artefact).
 
 Embeddings (`--mode embeddings`, benchmarks/embeddings_bench.py): /v3/embeddings over HTTP vs the raw
 TextEmbeddingPipeline in documents per second at --streams concurrent clients (default models tiny-embed-bench,
@@ -762,7 +763,11 @@ def main() -> None:
         action="store_true",
         help="= --mode speculative: no speculation vs --draft vs prompt lookup over HTTP (speculative_bench.py)",
     )
-    ap.add_argument("--draft", default=None, help="speculative: the draft model (default tiny-llm-draft)")
+    ap.add_argument(
+        "--draft",
+        default=None,
+        help="speculative: the draft model or several, comma-separated (default tiny-llm-draft)",
+    )
     ap.add_argument("--num-assistant-tokens", type=int, default=3, help="speculative: tokens proposed per step")
     ap.add_argument("--max-ngram-size", type=int, default=3, help="speculative: prompt lookup's n-gram size")
     ap.add_argument(

@@ -42,10 +42,12 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
-def modes(a, draft: Path | None) -> dict[str, list[str]]:
+def modes(a, drafts: list[Path]) -> dict[str, list[str]]:
+    """The servers of one run: none, each draft ('draft', or 'draft:<name>' with several), prompt lookup."""
     out = {"none": []}
-    if draft is not None:
-        out["draft"] = ["--draft-model-path", str(draft), "--num-assistant-tokens", str(a.num_assistant_tokens)]
+    for draft in drafts:
+        mode = "draft" if len(drafts) == 1 else f"draft:{draft.name}"
+        out[mode] = ["--draft-model-path", str(draft), "--num-assistant-tokens", str(a.num_assistant_tokens)]
     out["promptLookup"] = [
         "--prompt-lookup",
         "--num-assistant-tokens",
@@ -62,22 +64,25 @@ def run(a, models_dir: Path) -> None:
     streams = [int(x) for x in a.streams.split(",") if x]
     for name in a.models.split(","):
         model = Path(name) if Path(name).is_dir() else models_dir / name
-        draft = Path(a.draft) if a.draft and Path(a.draft).is_dir() else models_dir / (a.draft or "tiny-llm-draft")
         if not model.is_dir():
             print(f"skipping {name}: {model} does not exist")
             continue
-        if not draft.is_dir():
-            print(f"no draft {draft}: draft mode skipped (hack/models/draft/build.sh)")
-            draft = None
+        drafts = []
+        for d in (a.draft or "tiny-llm-draft").split(","):
+            draft = Path(d) if Path(d).is_dir() else models_dir / d
+            if draft.is_dir():
+                drafts.append(draft)
+            else:
+                print(f"no draft {draft}: its mode skipped (hack/models/draft/build.sh, hack/models/bench-qwen.sh)")
         servers: dict[str, rb.Server] = {}
         try:
-            for mode, extra in modes(a, draft).items():
+            for mode, extra in modes(a, drafts).items():
                 servers[mode] = rb.Server(str(model), "LM_CB", a.threads, [*extra, *a.server_args.split()])
             res = asyncio.run(_measure(a, rb, servers, streams))
         finally:
             for s in servers.values():
                 s.stop()
-        _print(model.name, draft, res, a)
+        _print(model.name, drafts, res, a)
 
 
 async def _measure(a, rb, servers, streams) -> dict:
@@ -101,9 +106,9 @@ async def _measure(a, rb, servers, streams) -> dict:
     return {n: {m: {**rb.summarize(d["runs"]), "counts": d["counts"]} for m, d in by.items()} for n, by in res.items()}
 
 
-def _print(name: str, draft: Path | None, res: dict, a) -> None:
+def _print(name: str, drafts: list[Path], res: dict, a) -> None:
     print(
-        f"\n### {name}: speculative decoding over HTTP (draft {draft.name if draft else 'none'}, "
+        f"\n### {name}: speculative decoding over HTTP (draft {', '.join(d.name for d in drafts) or 'none'}, "
         f"num_assistant_tokens {a.num_assistant_tokens}, prompt lookup max_ngram_size {a.max_ngram_size}; "
         f"{a.max_tokens} tokens, greedy, medians of {a.reps} bursts)\n"
     )
