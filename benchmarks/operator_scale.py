@@ -339,13 +339,14 @@ async def run(args: Any) -> dict[str, Any]:
         await asyncio.sleep(5)
         m2, r2 = await api.requests(), responder_stats(8001)
         cpu2, t2 = (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s()), time.monotonic()
-        patches2 = operator_metric(18081, "ovserve_operator_status_patches_total")
+        counters = ("status_patches", "status_refreshes", "status_echoes")  # the last two: operators since issue 29
+        before2 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in counters}
         await asyncio.sleep(args.steady)
         m3, r3 = await api.requests(), responder_stats(8001)
         cpu3, t3 = (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s()), time.monotonic()
         result["steady"] = {
             "seconds": _ms(t3 - t2),
-            "operator_status_patches": operator_metric(18081, "ovserve_operator_status_patches_total") - patches2,
+            **{f"operator_{c}": operator_metric(18081, f"ovserve_operator_{c}_total") - before2[c] for c in counters},
             "operator_cpu_pct": round(100 * (cpu3[0] - cpu2[0]) / (t3 - t2), 1),
             "apiserver_cpu_pct": round(100 * (cpu3[1] - cpu2[1]) / (t3 - t2), 1),
             "etcd_cpu_pct": round(100 * (cpu3[2] - cpu2[2]) / (t3 - t2), 1),
@@ -385,6 +386,7 @@ async def run(args: Any) -> dict[str, Any]:
             "writes": int(h.total(m4, m5, h.WRITE_VERBS)),
             "requests": int(h.total(m4, m5)),
             "new_leader_status_patches": operator_metric(18082, "ovserve_operator_status_patches_total"),
+            "new_leader_refreshes": operator_metric(18082, "ovserve_operator_status_refreshes_total"),
             "new_leader_cpu_s": _ms(standby.cpu_s() - cpu4),
             "new_leader_rss_mib": standby.rss_kib() // 1024,
             "top": [f"{v} {r} {int(x * (t5 - t_kill))}" for v, r, x in h.rates(m4, m5, t5 - t_kill)],
@@ -439,7 +441,9 @@ def report(r: dict[str, Any]) -> None:
         print(f"    {line}")
     print(
         f"steady state ({steady['seconds']} s)      status writes {steady['status_writes_per_s']}/s "
-        f"(operator counted {int(steady['operator_status_patches'])}); all writes {steady['writes_per_s']}/s; "
+        f"(operator counted {int(steady['operator_status_patches'])}; refreshes "
+        f"{int(steady['operator_status_refreshes'])}, own-patch echoes {int(steady['operator_status_echoes'])}); "
+        f"all writes {steady['writes_per_s']}/s; "
         f"{steady['requests_per_s']} req/s; readback {steady['readback_gets_per_s']} GET/s"
     )
     print(
@@ -454,7 +458,8 @@ def report(r: dict[str, Any]) -> None:
     )
     print(
         f"  in {fo['window_s']} s            {fo['status_writes']} status writes, {fo['writes']} writes, "
-        f"{fo['requests']} requests; new leader {fo['new_leader_cpu_s']} CPU s, {fo['new_leader_rss_mib']} MiB"
+        f"{fo['requests']} requests; new leader {int(fo['new_leader_refreshes'])} refreshes, "
+        f"{fo['new_leader_cpu_s']} CPU s, {fo['new_leader_rss_mib']} MiB"
     )
     for line in fo["top"]:
         print(f"    {line}")

@@ -138,9 +138,10 @@ def request_counts(metrics_text: str) -> Counter[tuple[str, str]]:
 def rates(
     before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float], seconds: float, top: int = 12
 ) -> list[tuple[str, str, float]]:
-    """(verb, resource, per second) of what grew between two scrapes, largest first, at most `top` rows."""
+    """(verb, resource, per second) of what grew by 0.05/s or more between two scrapes, largest first, at most
+    `top` rows."""
     rows = [(verb, res, (after[(verb, res)] - before.get((verb, res), 0.0)) / seconds) for verb, res in after]
-    rows = [r for r in rows if r[2] > 0]
+    rows = [r for r in rows if r[2] >= 0.05]  # not the watches that merely reconnected
     return sorted(rows, key=lambda r: -r[2])[:top]
 
 
