@@ -43,6 +43,7 @@ CLUSTER = ROOT / "hack" / "scale" / "cluster.sh"
 CRD = ROOT / "crds" / "ovserve.dev_llmservings.yaml"
 LEASE_NS = "ovserve-system"
 PLURAL = f"/apis/{h.GROUP_VERSION}"
+NODE_LEASE_VERBS = frozenset({"PUT"})  # renewals: kwok's node Leases, and the operator's own one every 2 s
 
 
 class Api:
@@ -227,6 +228,8 @@ def _phase_rates(before: dict, after: dict, seconds: float) -> dict[str, Any]:
     return {
         "requests_per_s": round(h.total(before, after) / seconds, 1),
         "writes_per_s": round(h.total(before, after, h.WRITE_VERBS) / seconds, 1),
+        # the simulated kubelets' node Lease renewals (kwok: 120 nodes) apart from everything else written
+        "node_lease_writes_per_s": round(h.total(before, after, NODE_LEASE_VERBS, "leases") / seconds, 1),
         "status_writes_per_s": round(h.total(before, after, None, "llmservings/status") / seconds, 2),
         "top": [f"{v} {r} {x:.1f}/s" for v, r, x in h.rates(before, after, seconds)],
     }
@@ -384,6 +387,7 @@ async def run(args: Any) -> dict[str, Any]:
             "window_s": _ms(t5 - t_kill),
             "status_writes": int(h.total(m4, m5, None, "llmservings/status")),
             "writes": int(h.total(m4, m5, h.WRITE_VERBS)),
+            "lease_writes": int(h.total(m4, m5, NODE_LEASE_VERBS, "leases")),
             "requests": int(h.total(m4, m5)),
             "new_leader_status_patches": operator_metric(18082, "ovserve_operator_status_patches_total"),
             "new_leader_refreshes": operator_metric(18082, "ovserve_operator_status_refreshes_total"),
@@ -443,7 +447,7 @@ def report(r: dict[str, Any]) -> None:
         f"steady state ({steady['seconds']} s)      status writes {steady['status_writes_per_s']}/s "
         f"(operator counted {int(steady['operator_status_patches'])}; refreshes "
         f"{int(steady['operator_status_refreshes'])}, own-patch echoes {int(steady['operator_status_echoes'])}); "
-        f"all writes {steady['writes_per_s']}/s; "
+        f"all writes {steady['writes_per_s']}/s ({steady['node_lease_writes_per_s']}/s of them Lease renewals); "
         f"{steady['requests_per_s']} req/s; readback {steady['readback_gets_per_s']} GET/s"
     )
     print(
@@ -457,7 +461,8 @@ def report(r: dict[str, Any]) -> None:
         f"{fo['all_refreshed_s']} s ({fo['pods']} pods)"
     )
     print(
-        f"  in {fo['window_s']} s            {fo['status_writes']} status writes, {fo['writes']} writes, "
+        f"  in {fo['window_s']} s            {fo['status_writes']} status writes, {fo['writes']} writes "
+        f"({fo['lease_writes']} Lease renewals), "
         f"{fo['requests']} requests; new leader {int(fo['new_leader_refreshes'])} refreshes, "
         f"{fo['new_leader_cpu_s']} CPU s, {fo['new_leader_rss_mib']} MiB"
     )
