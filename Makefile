@@ -42,7 +42,7 @@ kwok:  ## kwok, simulated nodes for the operator's scale benchmark only (~2-5 mi
 	hack/build-kwok.sh
 
 # The operator at N LLMServings on 120 simulated nodes of a bench-only control plane (hack/scale/cluster.sh, its
-# own network namespace; never the shared cluster): docs/operator.md "Scale". N=1000 takes ~5 min here.
+# own network namespace; never the shared cluster): docs/operator.md "Scale". N=1000 took ~9 min here.
 N ?= 1000
 scale-bench: binaries kwok venv  ## the operator scale benchmark: make scale-bench N=1000 [SCALE_ARGS=...]
 	$(VENV)/bin/python benchmarks/operator_bench.py --scale $(N) $(SCALE_ARGS)
