@@ -6,6 +6,9 @@
   rendering the Deployment from spec.replicas, so the operator never fights the HPA.
 - `autoscaling_status`: status.autoscaling and the Autoscaling condition, from whether KEDA's CRD is
   served, the ScaledObject and the HPA KEDA made for it (the HPA's conditions carry the last reason).
+- `metric_check`: the Autoscaling condition False (MetricNotExported) when the pods resolved to something
+  that never moves the chosen metric (KVCacheUsage on an embeddings/rerank model or a legacy pipeline: the
+  gauge stays 0 and the serving would never scale out, silently).
 - `merge_condition`: puts the Autoscaling condition into a status' conditions (lastTransitionTime
   changes only when its status does), or removes it when autoscaling is off.
 
@@ -18,6 +21,8 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from ovserve_runtime.report import Task
 
 from . import render
 from . import spec as api
@@ -43,6 +48,7 @@ SCALED_OBJECT_REFUSED = "ScaledObjectRefused"  # the apiserver refused the Scale
 SCALED_OBJECT_PENDING = "ScaledObjectPending"  # applied; KEDA has not reported on it yet
 SCALED_OBJECT_NOT_READY = "ScaledObjectNotReady"  # KEDA says the ScaledObject is not ready (its message follows)
 WAITING_FOR_HPA = "WaitingForHPA"  # the ScaledObject is ready; its HPA has not computed a scale yet
+METRIC_NOT_EXPORTED = "MetricNotExported"  # what the pods resolved never moves the metric (metric_check)
 
 _REASON_RE = re.compile(api.REASON_PATTERN)
 
@@ -186,6 +192,47 @@ def autoscaling_status(
         "display": f"{a.minReplicas}-{a.maxReplicas} {cond[1]}",
     }
     return AutoscalingState({k: v for k, v in block.items() if v is not None}, cond)
+
+
+def metric_unavailable(spec: api.LLMServingSpec, status: Mapping[str, Any]) -> str | None:
+    """Why the autoscaling metric cannot move for what the current pods resolved (status.task and
+    status.pipeline of the computed status), or None. Only KVCacheUsage has such cases: the runtime exports
+    the KV-cache usage of a continuous-batching pipeline, and 0 for anything else."""
+    a = spec.autoscaling
+    if a is None or a.metric != api.AutoscalingMetric.KVCacheUsage:
+        return None
+    task = (status.get("task") or {}).get("resolved")
+    if task and task != Task.TEXT_GENERATION.value:
+        return (
+            f"KVCacheUsage is a text-generation metric and the model resolved to task {task}: its pods export "
+            "no KV-cache usage (the gauge stays 0, the serving would never scale out); autoscale on QueueDepth"
+        )
+    pipeline = status.get("pipeline") or {}
+    if pipeline.get("resolved") and pipeline.get("continuousBatching") is False:
+        why = f" ({pipeline['fallbackReason']})" if pipeline.get("fallbackReason") else ""
+        return (
+            f"KVCacheUsage needs continuous batching and the pods run the legacy {pipeline['resolved']} "
+            f"pipeline{why}: the gauge stays 0, the serving would never scale out; autoscale on QueueDepth or "
+            "RunningRequests"
+        )
+    return None
+
+
+def metric_check(
+    state: AutoscalingState | None, spec: api.LLMServingSpec, status: Mapping[str, Any]
+) -> AutoscalingState | None:
+    """`state` with the Autoscaling condition False, MetricNotExported, when `metric_unavailable` says why."""
+    if state is None or state.status is None or (message := metric_unavailable(spec, status)) is None:
+        return state
+    a = spec.autoscaling
+    assert a is not None  # state.status is set only with spec.autoscaling
+    block = {
+        **state.status,
+        "reason": METRIC_NOT_EXPORTED,
+        "message": message,
+        "display": f"{a.minReplicas}-{a.maxReplicas} {METRIC_NOT_EXPORTED}",
+    }
+    return AutoscalingState(block, ("False", METRIC_NOT_EXPORTED, message))
 
 
 def _name(obj: Mapping[str, Any] | None) -> str:

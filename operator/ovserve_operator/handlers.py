@@ -28,6 +28,7 @@ import kopf
 from pydantic import ValidationError
 
 from . import (
+    autoscaling,
     autoscaling_io,
     drift,
     echo,
@@ -535,6 +536,7 @@ async def refresh(
         except Exception as e:
             logger.warning("%s/%s: reading the autoscaler failed: %s", namespace, name, error_text(e))
             scaling = None
+        scaling = autoscaling.metric_check(scaling, typed, result.status)
         autoscaling_io.apply_to_status(
             result.status, scaling, previous=previous, generation=generation, now=now.strftime("%Y-%m-%dT%H:%M:%SZ")
         )

@@ -347,3 +347,42 @@ def test_apply_to_status_sets_clears_and_keeps():
         off, autoscaling.AutoscalingState(None, None), previous=status, generation=2, now="T3"
     )
     assert "autoscaling" not in off and [c["type"] for c in off["conditions"]] == ["Ready"]
+
+
+_CB = {"resolved": "LM_CB", "continuousBatching": True, "fallbackReason": ""}
+_FALLBACK = {"resolved": "LM", "continuousBatching": False, "fallbackReason": "PagedAttentionNotSupported"}
+
+
+@pytest.mark.parametrize(
+    "metric,task,pipeline,unavailable",
+    [
+        ("KVCacheUsage", "text-generation", _CB, None),
+        ("KVCacheUsage", None, {}, None),  # nothing resolved yet: no judgement
+        ("KVCacheUsage", "embeddings", {}, "resolved to task embeddings"),  # an AUTO task found an encoder
+        ("KVCacheUsage", "rerank", {}, "resolved to task rerank"),
+        ("KVCacheUsage", "text-generation", _FALLBACK, "legacy LM pipeline (PagedAttentionNotSupported)"),
+        ("QueueDepth", "embeddings", {}, None),
+        ("QueueDepth", "text-generation", _FALLBACK, None),
+        ("RunningRequests", "text-generation", _FALLBACK, None),
+    ],
+)
+def test_a_metric_the_resolved_pods_never_move_is_named(metric, task, pipeline, unavailable):
+    spec = _spec(metric=metric, maxReplicas=3, target=50)
+    status = {"task": {"resolved": task}, "pipeline": pipeline}
+    state = autoscaling.autoscaling_status(spec, keda_installed=True, scaled_object=None, hpa=None)
+    checked = autoscaling.metric_check(state, spec, status)
+    if unavailable is None:
+        assert autoscaling.metric_unavailable(spec, status) is None and checked is state
+        return
+    assert unavailable in autoscaling.metric_unavailable(spec, status)
+    assert checked.condition[:2] == ("False", "MetricNotExported") and unavailable in checked.condition[2]
+    assert checked.status["reason"] == "MetricNotExported" and checked.status["display"] == "1-3 MetricNotExported"
+    assert checked.status["maxReplicas"] == 3  # the rest of the block stays
+
+
+def test_metric_check_leaves_an_unread_or_absent_state_alone():
+    spec = _spec(metric="KVCacheUsage", maxReplicas=2, target=50)
+    legacy = {"task": {"resolved": "text-generation"}, "pipeline": _FALLBACK}
+    assert autoscaling.metric_check(None, spec, legacy) is None  # unreadable this cycle: previous kept
+    off = autoscaling.AutoscalingState(None, None)
+    assert autoscaling.metric_check(off, _spec(), legacy) is off
