@@ -282,6 +282,31 @@ def scales_out_and_back(
     assert st["phase"] == "Ready"
 
 
+def test_kv_cache_usage_on_a_legacy_pipeline_is_named_not_silently_flat(cluster, operator, namespace, runtime):
+    """KVCacheUsage on a model whose AUTO pipeline falls back to legacy (its IR has no SDPA op): the runtime's
+    KV gauge stays 0 there, so an autoscaler that looks healthy would never scale out. The status says so."""
+    name = "kvless"
+    spec = {
+        "model": pvc_model("tiny-llm-nosdpa"),
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 2, "metric": "KVCacheUsage", "target": 50},
+    }
+    cluster.apply(llms(name, spec), namespace)
+
+    def named():
+        st = status(cluster, namespace, name)
+        return st.get("phase") == "Ready" and condition(st, "Autoscaling").get("reason") == "MetricNotExported" and st
+
+    st = cluster.wait_for(named, 240, f"{name}: Ready, Autoscaling MetricNotExported")
+    cond = condition(st, "Autoscaling")
+    assert cond["status"] == "False", cond
+    assert "legacy LM pipeline (PagedAttentionNotSupported)" in cond["message"], cond
+    assert "QueueDepth" in cond["message"], cond  # what to use instead
+    wide = {r["NAME"]: r for r in cluster.table("llmservings", "-n", namespace, "-o", "wide")}[name]
+    assert wide["AUTOSCALING"] == "1-2 MetricNotExported", wide
+    assert cluster.get("scaledobject", name, namespace) is not None  # the ScaledObject stays as the spec asks
+
+
 def test_removing_autoscaling_deletes_the_scaled_object(cluster, operator, namespace):
     """The ScaledObject follows the field; replicas stay where the autoscaler left them."""
     name = "toggle"
