@@ -135,8 +135,11 @@ def test_scales_up_under_load_and_back_down(cluster, operator, namespace, runtim
     scales_out_and_back(cluster, namespace, "scaler", spec, chat, "text-generation")
 
 
-# 16 texts of about 30 tokens per request (the tiny encoder's context is 128), a pipeline call each
-EMBED_BATCH = 16
+# 64 texts of about 30 tokens per request (the tiny encoder's context is 128), one text per pipeline call
+# (maxBatch 1): a request is 64 calls, so the other clients' requests wait whole in the queue while it runs,
+# however fast the machine (CI once saw a quiet machine finish 16-text requests in one fast call each, the
+# queue read 0 at every scrape and nothing scaled)
+EMBED_BATCH = 64
 EMBED_TEXTS = [f"document {i}: " + "the quick brown fox jumps over the lazy dog " * 3 for i in range(EMBED_BATCH)]
 
 
@@ -147,8 +150,8 @@ def embed(client: openai.OpenAI, model: str) -> None:
 
 def test_embeddings_serving_scales_out_under_load_and_back(cluster, operator, namespace, encoder_runtime):
     # The metric docs/autoscaling.md recommends for embeddings: QueueDepth, the requests admitted and not in the
-    # pipeline call. maxBatch = one request's texts, so a call takes one request and the other clients' wait.
-    spec = {"model": pvc_model("tiny-embed"), "task": "embeddings", "embeddings": {"maxBatch": EMBED_BATCH}}
+    # pipeline call. maxBatch 1: a request is EMBED_BATCH calls, and the other clients' requests wait meanwhile.
+    spec = {"model": pvc_model("tiny-embed"), "task": "embeddings", "embeddings": {"maxBatch": 1}}
     scales_out_and_back(cluster, namespace, "embedder", spec, embed, "embeddings")
 
 
