@@ -12,7 +12,7 @@ export OVSERVE_NETNS ?= ovserve
 # Python venv (the tests' and benchmarks'), nor KEDA and Prometheus (`make autoscaling`). The three build
 # in parallel: the Go builds keep the CPU busy while the others mostly download (the exporter venv, the
 # Debian base and the image's wheels).
-demo: deps  ## cluster + operator (Helm) + two LLMServings on tiny models + a chat completion (~11-13 min cold)
+demo: deps  ## cluster + operator (Helm) + two LLMServings on tiny models + a chat completion (9 min measured cold)
 	$(MAKE) --no-print-directory -j3 binaries demo-models images
 	hack/demo.sh
 
