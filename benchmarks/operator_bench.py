@@ -40,6 +40,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from scale_harness import kopf_running
+
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "ovserve.dev_llmservings.yaml"
 
@@ -171,13 +173,7 @@ def main() -> int:
     result: dict = {"count": args.count}
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                    if json.loads(r.read()).get("kopf"):
-                        break
-            except OSError:
-                pass
+        while time.monotonic() < deadline and not kopf_running(port):
             time.sleep(0.3)
         time.sleep(1)
         result["rss_idle_kib"] = rss_kib(op.pid)["VmRSS"]

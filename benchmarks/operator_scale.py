@@ -180,12 +180,8 @@ def start_operator(identity: str, port: int, src: Path, log_dir: Path) -> subpro
 async def wait_kopf(port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                if json.loads(r.read()).get("kopf"):
-                    return
-        except OSError:
-            pass
+        if await asyncio.to_thread(h.kopf_running, port):
+            return
         await asyncio.sleep(0.3)
     raise TimeoutError(f"operator on :{port} did not start kopf in {timeout:g} s")
 

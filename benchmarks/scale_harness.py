@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +34,17 @@ POD_RANGE_PREFIX = "10.250"
 
 # What the runtime answers at GET /v1/status once ready (ovserve_runtime.report.RuntimeReport; a unit test
 # checks that it parses as one).
+
+
+def kopf_running(port: int) -> bool:
+    """Whether the operator whose health endpoint is on 127.0.0.1:`port` runs kopf (it leads and has started)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+            return bool(json.loads(r.read()).get("kopf"))
+    except OSError:
+        return False
+
+
 READY_REPORT = {
     "state": "ready",
     "model": "scale-standin",
