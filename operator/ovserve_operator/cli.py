@@ -128,7 +128,7 @@ def run(settings: Settings) -> int:
     except OSError as e:
         log.error("cannot listen on health port %s: %s", settings.health_port, e)
         return 2
-    kube = Kube()
+    kube = Kube(pool_size=2 * settings.api_threads + 2)  # both pools, the Lease and the seed's LIST
     kube.warm_up()
     handlers.configure(settings, kube, health)
 
@@ -187,6 +187,7 @@ def run(settings: Settings) -> int:
     health.role = "leader"
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings, settings)
+    handlers.narrow_watches(kopf_settings)
     scope = "cluster-wide" if settings.clusterwide else f"namespaces {','.join(settings.watch_namespaces)}"
     log.info("starting kopf (%s) as %s", scope, settings.identity)
     try:

@@ -1,8 +1,9 @@
 """Thin kopf glue. All decisions live in render / readback / rules + status / statusqueue (unit-tested).
 
 - create / update / resume: render the Deployment + Service and server-side apply them.
-- indexes of the LLMServings, their runtime pods and their Deployments; every indexed event marks
-  the owning LLMServing dirty, except the echo of the operator's own status patch (echo.py).
+- caches of the LLMServings, their runtime pods, Deployments and Services (cache.py), fed by kopf's
+  events; every event marks the owning LLMServing dirty, except the echo of the operator's own status
+  patch (echo.py). An LLMServing is refreshed only once every child it had at start came through the watch.
 - one status controller task (statusqueue.StatusController, started at startup): for every LLMServing
   that is dirty or due, `refresh` reads the runtime reports (and, for pods stuck creating, their mount
   Events), recomputes the whole status, patches it only when it changed (no heartbeat), posts the
@@ -20,9 +21,12 @@ import asyncio
 import contextlib
 import copy
 import datetime as dt
+import functools
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import kopf
 from pydantic import ValidationError
@@ -30,6 +34,7 @@ from pydantic import ValidationError
 from . import (
     autoscaling,
     autoscaling_io,
+    cache,
     drift,
     echo,
     networkpolicy,
@@ -69,16 +74,31 @@ class _Context:
         self.kube: Kube | None = None
         self.health = HealthState()
         self.task: asyncio.Task | None = None
+        self.sweeper: asyncio.Task | None = None
         self.events_forbidden = False  # RBAC without `list events`: stop asking, say it once
         self.reset(Settings())
 
     def reset(self, settings: Settings) -> None:
         """The settings and the state built from them (fresh: nothing remembered)."""
         self.settings = settings
+        # API calls run in threads (the client is synchronous): applies in a pool of their own, so that hundreds
+        # of creates at once never hold back the status writes (with one shared pool, the default executor's
+        # min(32, cores + 4) threads, statuses waited past their 60 s bound during bulk loads)
+        for pool in (getattr(self, "apply_pool", None), getattr(self, "io_pool", None)):
+            if pool is not None:
+                pool.shutdown(wait=False)
+        self.apply_pool = ThreadPoolExecutor(settings.api_threads, thread_name_prefix="ovserve-apply")
+        self.io_pool = ThreadPoolExecutor(settings.api_threads, thread_name_prefix="ovserve-io")
         self.queue = statusqueue.WorkQueue(settings.status_interval_s, resync_per_s=settings.status_resync_per_s)
         self.memories = statusqueue.Memories(settings.readback_grace_s)
         self.own_writes = echo.OwnWrites()
         self.budget = rolloutbudget.RolloutBudget(settings.rollout_budget, settings.rollout_budget_timeout_s)
+        self.llmservings = cache.Cache()
+        self.pods = cache.Cache()
+        self.deployments = cache.Cache()
+        self.services = cache.Cache()
+        self.gate = cache.SyncGate()
+        self.ready_events: dict[statusqueue.Key, asyncio.Event] = {}  # resume handlers waiting for the gate
 
 
 CTX = _Context()
@@ -93,6 +113,14 @@ def _kube() -> Kube:
     if CTX.kube is None:
         CTX.kube = Kube()
     return CTX.kube
+
+
+T = TypeVar("T")
+
+
+async def _call(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in `pool` (CTX.apply_pool or CTX.io_pool)."""
+    return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
 
 
 def _mark(namespace: str, name: str) -> None:
@@ -128,44 +156,10 @@ def _pod_snapshot(body: kopf.Body) -> dict[str, Any]:
     )
 
 
-# ------------------------------------------------------------------------------------- indexes
-# Async indexers run in the event loop, so they may mark objects dirty directly.
-
-
-@kopf.index(api.GROUP, api.VERSION, api.PLURAL)
-async def llmservings(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict:
-    if CTX.own_writes.is_echo((namespace, name), body):
-        CTX.health.inc("ovserve_operator_status_echoes_total")  # our own patch: nothing to refresh
-    else:
-        _mark(namespace, name)
-    meta = body.get("metadata") or {}
-    return {
-        (namespace, name): copy.deepcopy(
-            {
-                "apiVersion": body.get("apiVersion", api.API_VERSION),
-                "kind": body.get("kind", api.KIND),
-                "metadata": {
-                    "name": name,
-                    "namespace": namespace,
-                    "uid": meta.get("uid"),
-                    "generation": meta.get("generation"),
-                    "resourceVersion": meta.get("resourceVersion"),
-                },
-                "spec": dict(body.get("spec") or {}),
-                "status": dict(body.get("status") or {}),
-            }
-        )
-    }
-
-
-# Group and version given: a bare "pods" makes kopf scan every API group, and one unavailable aggregated API
-# (a stopped metrics adapter whose APIService is still registered) crash-looped the operator at start.
-@kopf.index("", "v1", "pods", labels=RUNTIME_POD_LABELS)
-async def runtime_pods(body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> dict:
-    owner = labels[render.LABEL_OWNER]
-    _mark(namespace, owner)
-    return {(namespace, owner): _pod_snapshot(body)}
-
+# ------------------------------------------------------------------------------------- caches
+# What a status is computed from, in the operator's own caches (cache.py), fed by kopf's events: kopf's indexes
+# would hold every handler until every object of every kind is indexed, at a cost growing with the square of
+# the objects. Event handlers run in the event loop, so they may mark objects dirty directly.
 
 CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY, render.LABEL_OWNER: kopf.PRESENT}
 
@@ -191,55 +185,225 @@ def _child_snapshot(body: kopf.Body) -> dict[str, Any]:
     )
 
 
-@kopf.index("apps", "v1", "deployments", labels=CHILD_LABELS)
-async def runtime_deployments(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict:
-    _mark(namespace, name)  # e.g. ReplicaFailure (pods refused by admission) shows only here
-    return {(namespace, name): _child_snapshot(body)}
+def _llmserving_snapshot(body: kopf.Body, namespace: str, name: str) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return copy.deepcopy(
+        {
+            "apiVersion": body.get("apiVersion", api.API_VERSION),
+            "kind": body.get("kind", api.KIND),
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+                "generation": meta.get("generation"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "spec": dict(body.get("spec") or {}),
+            "status": dict(body.get("status") or {}),
+        }
+    )
 
 
-@kopf.index("", "v1", "services", labels=CHILD_LABELS)
-async def runtime_services(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict:
-    _mark(namespace, name)
-    return {(namespace, name): _child_snapshot(body)}
+@kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
+async def llmservings(event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
+    uid = (body.get("metadata") or {}).get("uid") or ""
+    if event.get("type") == "DELETED":
+        CTX.llmservings.delete(uid)  # the controller sees it gone and forgets it
+        return
+    if CTX.own_writes.is_echo((namespace, name), body):
+        CTX.health.inc("ovserve_operator_status_echoes_total")  # our own patch: nothing to refresh
+    else:
+        _mark(namespace, name)
+    CTX.llmservings.put(uid, (namespace, name), _llmserving_snapshot(body, namespace, name))
+
+
+def _released(key: statusqueue.Key) -> None:
+    """Every child `key` had at start is in the cache: refresh it, and wake its resume handler if it waits."""
+    _mark(*key)
+    if (ready := CTX.ready_events.pop(key, None)) is not None:
+        ready.set()
+
+
+async def _in_sync(key: statusqueue.Key, timeout: float) -> bool:
+    """Wait (at most `timeout`) until every child `key` had at start is in the cache."""
+    if CTX.gate.ready(key):
+        return True
+    ready = CTX.ready_events.setdefault(key, asyncio.Event())
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(ready.wait(), timeout)
+    return CTX.gate.ready(key)
+
+
+# (kind, selector, what is kept of one object): the children kinds a status is computed from
+CHILD_KINDS: dict[str, tuple[str, dict[str, Any], Any]] = {
+    "Pod": ("v1", RUNTIME_POD_LABELS, _pod_snapshot),
+    "Deployment": ("apps/v1", CHILD_LABELS, _child_snapshot),
+    "Service": ("v1", CHILD_LABELS, _child_snapshot),
+}
+
+
+def _child_cache(kind: str) -> cache.Cache:
+    return {"Pod": CTX.pods, "Deployment": CTX.deployments, "Service": CTX.services}[kind]
+
+
+def _list_kind(kube: Kube, kind: str, namespaces: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(uid, namespace, key name) of every `kind` the caches hold, as a LIST sees them now: LLMServings by
+    their name, children (CHILD_KINDS) by the owner they label, with the same selector as their watch."""
+    if kind == api.KIND:
+        return kube.list_owned(api.API_VERSION, kind, namespaces, "", None)
+    api_version, selector, _ = CHILD_KINDS[kind]
+    return kube.list_owned(
+        api_version, kind, namespaces, cache.label_selector(selector, kopf.PRESENT), render.LABEL_OWNER
+    )
+
+
+def on_child_event(kind: str, event_type: str | None, body: kopf.Body) -> None:
+    """One watch event of a pod, Deployment or Service (the labels checked here too: one that stops matching
+    the selector leaves the cache, as a deleted one does). Marks the owner of what changed."""
+    _, selector, snapshot = CHILD_KINDS[kind]
+    meta = body.get("metadata") or {}
+    uid = meta.get("uid") or ""
+    labels = dict(meta.get("labels") or {})
+    if (ready := CTX.gate.confirm(kind, uid)) is not None:
+        _released(ready)
+    store = _child_cache(kind)
+    if event_type == "DELETED" or not cache.labels_match(labels, selector, kopf.PRESENT):
+        if (key := store.delete(uid)) is not None:
+            _mark(*key)  # a child deleted by hand is re-applied at once (the status says it is missing meanwhile)
+        return
+    key = (meta.get("namespace") or "", labels[render.LABEL_OWNER])
+    store.put(uid, key, snapshot(body))
+    _mark(*key)  # e.g. ReplicaFailure (pods refused by admission) shows only on the Deployment
+
+
+WATCHED = {"Pod": ("", "v1", "pods"), "Deployment": ("apps", "v1", "deployments"), "Service": ("", "v1", "services")}
+
+
+def narrow_watches(kopf_settings: Any) -> None:
+    """kopf lists and watches only the operator's own children (a label selector sent to the apiserver), not
+    every pod, Deployment and Service of the cluster: its memory and CPU per object count for the operator's
+    objects only. A child relabelled out of the selector comes as a DELETED event (the watch's semantics)."""
+    for kind, resource in WATCHED.items():
+        kopf_settings.watching.label_selectors[resource] = cache.label_selector(CHILD_KINDS[kind][1], kopf.PRESENT)
+
+
+# Group and version given: a bare "pods" makes kopf scan every API group, and one unavailable aggregated API
+# (a stopped metrics adapter whose APIService is still registered) crash-looped the operator at start.
+@kopf.on.event("", "v1", "pods")
+async def runtime_pods(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    on_child_event("Pod", event.get("type"), body)
+
+
+@kopf.on.event("apps", "v1", "deployments")
+async def runtime_deployments(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    on_child_event("Deployment", event.get("type"), body)
+
+
+@kopf.on.event("", "v1", "services")
+async def runtime_services(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    on_child_event("Service", event.get("type"), body)
 
 
 class _QuietChildEvents(logging.Filter):
-    """kopf logs every event handler's success at INFO: one line per Deployment status change is noise."""
+    """kopf logs every event handler's success at INFO: one line per watch event of every pod is noise."""
+
+    QUIET = tuple(
+        f"'{h}' succeeded" for h in ("llmservings", "runtime_pods", "runtime_deployments", "runtime_services")
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "'_child_event' succeeded" not in record.getMessage()
+        message = record.getMessage()
+        return not any(q in message for q in self.QUIET)
 
 
 logging.getLogger("kopf.objects").addFilter(_QuietChildEvents())
 
 
-# An index drops a deleted object without calling its indexer: these mark the owner of a child deleted by
-# hand, so that it is re-applied at once (and the status says it is missing meanwhile).
-@kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
-@kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
-async def _child_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
-    _mark(namespace, labels[render.LABEL_OWNER])
+def _seed(kube: Kube, namespaces: tuple[str, ...]) -> None:
+    """Before kopf watches (startup handlers run first): which children exist now, under which owner, so that
+    no LLMServing is refreshed before kopf delivered each of its children (cache.SyncGate)."""
+    for kind in CHILD_KINDS:
+        CTX.gate.seed(kind, ((uid, (ns, owner)) for uid, ns, owner in _list_kind(kube, kind, namespaces)))
+    log.info("children at start: %s to come through the watch", CTX.gate.waiting())
+
+
+SWEEP_EVERY_S = 5.0  # how often the seeded children that never came are looked for again
+
+
+async def _sweep_until_in_sync(kube: Kube, namespaces: tuple[str, ...]) -> None:
+    """A child seeded at start but deleted before kopf listed it never comes: once kopf delivers no more of a
+    kind, LIST it again and drop the seeded uids that are gone. Ends when every seeded child came or went."""
+    waited: dict[str, int] = {}
+    while CTX.gate.waiting():
+        await asyncio.sleep(SWEEP_EVERY_S)
+        for kind in CHILD_KINDS:
+            left = CTX.gate.waiting(kind)
+            if left and waited.get(kind) == left:  # no progress since the last look
+                try:
+                    found = await _call(CTX.io_pool, _list_kind, kube, kind, namespaces)
+                except Exception as e:  # the gate stays shut for those keys: try again at the next look
+                    log.warning("listing %s to sweep the start-up gate failed: %s", kind, error_text(e))
+                    continue
+                for key in CTX.gate.sweep(kind, {uid for uid, _, _ in found}):
+                    _released(key)
+                log.info(
+                    "%s: %d seeded at start and deleted before the watch listed them",
+                    kind,
+                    left - CTX.gate.waiting(kind),
+                )
+            waited[kind] = CTX.gate.waiting(kind)
+    log.info("caches in sync: every child present at start came through the watch")
+
+
+CACHE_RESYNC_S = 300.0  # how often the caches are checked against a LIST of what exists
+
+
+async def _prune_caches(kube: Kube, namespaces: tuple[str, ...]) -> int:
+    """One LIST per kind: what a cache holds and the LIST no longer returns was deleted without a watch event
+    (kopf restarted a watch from a fresh LIST after a 410 Gone: no DELETED for the gap). A child's owner is
+    marked, so the refresh sees it missing and re-applies it; a gone LLMServing is forgotten by the controller.
+    Returns how many keys lost an object."""
+    lost = 0
+    for kind in (api.KIND, *CHILD_KINDS):
+        store = CTX.llmservings if kind == api.KIND else _child_cache(kind)
+        stamp = store.stamp()  # on the loop, before the LIST: events that come meanwhile are newer
+        try:
+            found = await _call(CTX.io_pool, _list_kind, kube, kind, namespaces)
+        except Exception as e:  # the next period tries again
+            log.warning("listing %s to check the cache failed: %s", kind, error_text(e))
+            continue
+        keys = store.prune({uid for uid, _, _ in found}, stamp)
+        if keys:
+            log.info("%s: %d cached objects were deleted without a watch event: dropped", kind, len(keys))
+            CTX.health.inc("ovserve_operator_cache_pruned_total", len(keys))
+        lost += len(keys)
+        if store is not CTX.llmservings:
+            for key in keys:
+                _mark(*key)
+    return lost
+
+
+async def _keep_in_sync(kube: Kube, namespaces: tuple[str, ...]) -> None:
+    """The start-up sweep, then the caches checked against a LIST every CACHE_RESYNC_S."""
+    await _sweep_until_in_sync(kube, namespaces)
+    while True:
+        await asyncio.sleep(CACHE_RESYNC_S)
+        await _prune_caches(kube, namespaces)
 
 
 # ------------------------------------------------------------------------------------- lifecycle
 
 
 @kopf.on.startup()
-async def _startup(
-    llmservings: kopf.Index,
-    runtime_pods: kopf.Index,
-    runtime_deployments: kopf.Index,
-    runtime_services: kopf.Index,
-    **_: Any,
-) -> None:
+async def _startup(**_: Any) -> None:
     CTX.queue.wake = asyncio.Event()  # of this loop
     CTX.queue.wake.set()
+    kube, namespaces = _kube(), CTX.settings.watch_namespaces
+    await _call(CTX.io_pool, _seed, kube, namespaces)
 
     async def refresh_one(key: statusqueue.Key, snapshot: dict[str, Any]) -> None:
         CTX.health.inc("ovserve_operator_status_refreshes_total")
-        await refresh(
-            snapshot, pods_index=runtime_pods, deployments_index=runtime_deployments, services_index=runtime_services
-        )
+        await refresh(snapshot, pods_index=CTX.pods, deployments_index=CTX.deployments, services_index=CTX.services)
 
     def on_cycle(count: int) -> None:
         CTX.health.beat()
@@ -253,14 +417,16 @@ async def _startup(
 
     controller = statusqueue.StatusController(
         CTX.queue,
-        llmservings,
+        CTX.llmservings,
         refresh_one,
         on_gone=_forget,
         on_cycle=on_cycle,
         on_error=on_error,
+        ready=CTX.gate.ready,
         concurrency=CONCURRENCY,
     )
     CTX.task = asyncio.create_task(controller.run(), name="ovserve status controller")
+    CTX.sweeper = asyncio.create_task(_keep_in_sync(kube, namespaces), name="ovserve cache sweep")
     CTX.health.kopf_running = True
     CTX.health.beat()
 
@@ -268,11 +434,12 @@ async def _startup(
 @kopf.on.cleanup()
 async def _cleanup(**_: Any) -> None:
     CTX.health.kopf_running = False
-    if CTX.task is not None:
-        CTX.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await CTX.task
-        CTX.task = None
+    for task in (CTX.task, CTX.sweeper):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    CTX.task = CTX.sweeper = None
 
 
 def _forget(key: statusqueue.Key) -> None:
@@ -357,12 +524,14 @@ async def apply_children(
 ) -> list[str]:
     """Apply in a thread; remember the outcome for the status (a refusal with its generation)."""
     memory = CTX.memories.of((namespace, name), uid)
+    memory.applying += 1
     try:
-        applied = await asyncio.to_thread(_apply_children, name, namespace, uid, spec, generation)
+        applied = await _call(CTX.apply_pool, _apply_children, name, namespace, uid, spec, generation)
     except ApplyRefused as e:
         memory.apply_error = ApplyError(generation, e.code, e.target, e.message, e.reason)
         raise
     finally:
+        memory.applying -= 1
         memory.applied_at = time.monotonic()
     memory.apply_error = None
     memory.applied_generation = generation
@@ -373,18 +542,34 @@ async def apply_children(
 @kopf.on.create(api.GROUP, api.VERSION, api.PLURAL)
 @kopf.on.update(api.GROUP, api.VERSION, api.PLURAL)
 async def reconcile(
-    name: str, namespace: str, uid: str, spec: kopf.Spec, meta: kopf.Meta, logger: logging.Logger, **_: Any
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    logger: logging.Logger,
+    reason: kopf.Reason | None = None,
+    **_: Any,
 ) -> None:
     # async: runs in the loop, so CTX is only ever touched from the loop; API calls go to a thread
-    CTX.queue.activate((namespace, name))
+    key = (namespace, name)
+    CTX.queue.activate(key)
     try:
         typed = api.parse_spec(dict(spec))
     except ValidationError as e:
         # The status controller records InvalidSpec; retrying cannot help.
         _mark(namespace, name)
         raise kopf.PermanentError(f"invalid spec: {e}") from e
+    generation = meta.get("generation")
+    if reason == kopf.Reason.RESUME and await _in_sync(key, RESUME_WAIT_S) and _children_current(key, uid, typed):
+        # a new leader (failover, upgrade): nothing to write; what drifts later the status refresh re-applies
+        memory = CTX.memories.of(key, uid)
+        memory.applied_generation, memory.applied_at, memory.apply_error = generation, time.monotonic(), None
+        CTX.health.inc("ovserve_operator_resumes_unchanged_total")
+        _mark(namespace, name)
+        return
     try:
-        applied = await apply_children(name, namespace, uid, meta.get("generation"), typed)
+        applied = await apply_children(name, namespace, uid, generation, typed)
     except ApplyRefused as e:
         CTX.health.inc("ovserve_operator_apply_errors_total")
         _mark(namespace, name)  # the status says so at once; a webhook or quota may change: retry slowly
@@ -397,11 +582,31 @@ async def reconcile(
     _mark(namespace, name)
 
 
+RESUME_WAIT_S = 60.0  # a resume waits this long for the object's children to come through the watch
+
+
+def _children_current(key: statusqueue.Key, uid: str, spec: api.LLMServingSpec) -> bool:
+    """Whether the cached children of `key` are exactly what `spec` renders, so that re-applying them would
+    change nothing (2 GETs and 2 applies per object saved on a takeover). Only for the plain case: a
+    Deployment and a Service, both ours and without drift, allowed by policy, no autoscaler, no NetworkPolicy
+    handling; anything else takes the full apply."""
+    if CTX.settings.network_policies or spec.autoscaling is not None or policy.violations(spec, CTX.settings):
+        return False
+    desired = render.render(key[1], key[0], uid, spec, CTX.settings)
+    if sorted(o["kind"] for o in desired) != ["Deployment", "Service"]:
+        return False
+    for obj in desired:
+        live = _ours(_child_cache(obj["kind"]), key, uid)
+        if live is None or drift.differences(obj, live):
+            return False
+    return True
+
+
 # ------------------------------------------------------------------------------------- status
 
 
 def _ours(index: Any, key: statusqueue.Key, uid: str) -> dict[str, Any] | None:
-    """The child of `key` in a children index, if it is controlled by the LLMServing of `uid`."""
+    """The child of `key` in a children cache, if it is controlled by the LLMServing of `uid`."""
     for snap in list(index.get(key, [])) if index is not None else []:
         if ownership.conflict(snap, uid) is None:
             return snap
@@ -450,7 +655,7 @@ async def _mount_failures(memory: statusqueue.Memory, namespace: str, pods: list
             continue
         memory.events_read_at[uid] = now
         try:
-            events = await asyncio.to_thread(_kube().list_pod_events, namespace, podview.name(pod))
+            events = await _call(CTX.io_pool, _kube().list_pod_events, namespace, podview.name(pod))
         except Exception as e:
             if error_status(e) == 403:
                 CTX.events_forbidden = True
@@ -471,7 +676,7 @@ async def refresh(
     services_index: Any = None,
     logger: logging.Logger | logging.LoggerAdapter = log,
 ) -> bool:
-    """One status cycle for one LLMServing (an index snapshot). Returns True when status was patched."""
+    """One status cycle for one LLMServing (a cached snapshot). Returns True when status was patched."""
     meta = obj["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid") or ""
     key = (namespace, name)
@@ -530,8 +735,15 @@ async def refresh(
         )
         # autoscaling hook: status.autoscaling and the Autoscaling condition from KEDA's ScaledObject and HPA
         try:
-            scaling = await asyncio.to_thread(
-                autoscaling_io.read_state, _kube(), name, namespace, uid, typed, CTX.settings.prometheus_url
+            scaling = await _call(
+                CTX.io_pool,
+                autoscaling_io.read_state,
+                _kube(),
+                name,
+                namespace,
+                uid,
+                typed,
+                CTX.settings.prometheus_url,
             )
         except Exception as e:
             logger.warning("%s/%s: reading the autoscaler failed: %s", namespace, name, error_text(e))
@@ -569,7 +781,12 @@ async def refresh(
         refused = memory.apply_error is not None and memory.apply_error.generation == generation
         after = REFUSED_RETRY_S if refused else MISSING_REAPPLY_AFTER_S
         # the spec changed since the apiserver refused an apply (the user fixed it): at once, whatever the gates
-        fixed = bool(drifted) and memory.apply_error is not None and memory.apply_error.generation != generation
+        fixed = (
+            bool(drifted)
+            and not memory.applying  # an apply queued or running writes the children anyway
+            and memory.apply_error is not None
+            and memory.apply_error.generation != generation
+        )
         if (
             fixed
             or (missing_now and statusqueue.reapply_due(memory, True, tick, after, generation))
@@ -589,7 +806,7 @@ async def refresh(
     kube = _kube()
     CTX.own_writes.writing(key, result.status)  # before sending: its echo may arrive before the call returns
     try:
-        await asyncio.to_thread(kube.patch_status, namespace, name, status.status_patch(result.status, current))
+        await _call(CTX.io_pool, kube.patch_status, namespace, name, status.status_patch(result.status, current))
     except BaseException:
         CTX.own_writes.failed(key)
         raise
@@ -598,7 +815,7 @@ async def refresh(
     CTX.health.inc("ovserve_operator_status_patches_total")
     for ev in result.events:
         try:
-            await asyncio.to_thread(kube.create_event, namespace, _event_body(obj, ev))
+            await _call(CTX.io_pool, kube.create_event, namespace, _event_body(obj, ev))
             CTX.health.inc(f'ovserve_operator_events_total{{type="{ev.type}",reason="{ev.reason}"}}')
         except Exception as e:
             logger.warning("%s/%s: posting event %s failed: %s", namespace, name, ev.reason, error_text(e))

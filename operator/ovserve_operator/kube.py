@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 _TIMEOUT = 10
 
 
-def load_config() -> Any:
-    """ApiClient from the in-cluster service account, else KUBECONFIG / ~/.kube/config."""
+def load_config(pool_size: int | None = None) -> Any:
+    """ApiClient from the in-cluster service account, else KUBECONFIG / ~/.kube/config. `pool_size`: the
+    connections kept open (at least the threads that call at once, or each call past it opens a new one)."""
     from kubernetes import client, config
 
     try:
@@ -30,15 +31,18 @@ def load_config() -> Any:
     except config.ConfigException:
         # KUBECONFIG read now: the client's own default is read once, when `kubernetes` is first imported.
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
-    return client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration)
 
 
 class Kube:
-    def __init__(self, api_client: Any = None) -> None:
+    def __init__(self, api_client: Any = None, pool_size: int | None = None) -> None:
         from kubernetes import dynamic
         from kubernetes.dynamic import exceptions
 
-        self.api_client = api_client or load_config()
+        self.api_client = api_client or load_config(pool_size)
         self.dyn = dynamic.DynamicClient(self.api_client)
         self.errors = exceptions
         self._resources: dict[tuple[str, str], Any] = {}
@@ -138,6 +142,34 @@ class Kube:
         except (self.errors.NotFoundError, self.errors.ServiceUnavailableError):
             return False  # the group is not installed, or its API server is down
         return any(r.get("name") == plural for r in (doc or {}).get("resources") or [])
+
+    def list_owned(
+        self, api_version: str, kind: str, namespaces: tuple[str, ...], label_selector: str, owner_label: str | None
+    ) -> list[tuple[str, str, str]]:
+        """(uid, namespace, value of `owner_label`, or the name without one) of every `kind` matching
+        `label_selector`, in `namespaces` (none: cluster-wide); listed in pages of 500, only these three fields
+        kept."""
+        res = self.resource(api_version, kind)
+        out: list[tuple[str, str, str]] = []
+        for namespace in namespaces or (None,):
+            token = None
+            while True:
+                page = self.dyn.get(
+                    res,
+                    namespace=namespace,
+                    label_selector=label_selector,
+                    limit=500,
+                    _continue=token,
+                    _request_timeout=60,
+                ).to_dict()
+                for item in page.get("items") or []:
+                    meta = item.get("metadata") or {}
+                    owner = (meta.get("labels") or {})[owner_label] if owner_label else meta["name"]
+                    out.append((meta["uid"], meta["namespace"], owner))
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    break
+        return out
 
     # -------------------------------------------------------------------------------- status
     def patch_status(self, namespace: str, name: str, status_patch: dict[str, Any]) -> None:

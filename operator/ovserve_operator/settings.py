@@ -141,6 +141,14 @@ class Settings(BaseModel):
         "at their next spec change",
         ge=0,
     )
+    api_threads: int = _env(
+        8,
+        "OVSERVE_API_THREADS",
+        "threads for the operator's own API calls, in two pools of this size: one applies children (create, "
+        "update, re-apply), the other writes statuses and Events and reads autoscalers, so that a bulk create "
+        "never holds the status writes back",
+        ge=1,
+    )
     rollout_budget_timeout_s: Seconds = _env(
         900.0,
         "OVSERVE_ROLLOUT_BUDGET_TIMEOUT_SECONDS",

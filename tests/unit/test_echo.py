@@ -1,7 +1,8 @@
 """The echo of the operator's own status patch schedules no refresh; every other LLMServing event does.
 
-Driven through the real LLMServing indexer (handlers.llmservings) and the real work queue: each case is
-the sequence of watch events and status writes one object sees, and whether its last event marks it dirty.
+Driven through the real LLMServing event handler (handlers.llmservings, which feeds the cache) and the real
+work queue: each case is the sequence of watch events and status writes one object sees, and whether its last
+event marks it dirty.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import copy
 from typing import Any
 
 import pytest
-from ovserve_operator import echo, handlers, statusqueue
+from ovserve_operator import cache, echo, handlers, statusqueue
 from ovserve_operator.status import stored_form
 
 KEY = ("team-a", "llm")
@@ -76,6 +77,7 @@ CASES = {
 def ctx():
     handlers.CTX.queue = statusqueue.WorkQueue(5.0)
     handlers.CTX.own_writes = echo.OwnWrites()
+    handlers.CTX.llmservings = cache.Cache()
     yield handlers.CTX
     handlers.CTX.queue = statusqueue.WorkQueue(5.0)
     handlers.CTX.own_writes = echo.OwnWrites()
@@ -91,8 +93,11 @@ def test_own_patch_echo_schedules_no_refresh(ctx, steps, marked):
                 ctx.own_writes.failed(KEY)
             else:
                 ctx.queue.dirty.clear()
-                snapshot = await handlers.llmservings(body=step, namespace=KEY[0], name=KEY[1])
-                assert snapshot[KEY]["status"] == step["status"]  # the index holds the event either way
+                await handlers.llmservings(
+                    event={"type": "MODIFIED", "object": step}, body=step, namespace=KEY[0], name=KEY[1]
+                )
+                snapshot = ctx.llmservings[KEY][-1]
+                assert snapshot["status"] == step["status"]  # the cache holds the event either way
         return KEY in ctx.queue.dirty
 
     assert asyncio.run(run()) is marked

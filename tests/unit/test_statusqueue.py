@@ -125,6 +125,15 @@ def test_memories_created_and_forgotten():
     assert ms.get(A) is None and ms[A].last_status is None
 
 
+@pytest.mark.parametrize("applying,want", [(0, True), (1, False), (2, False)])
+def test_no_reapply_or_revert_while_an_apply_is_queued(applying, want):
+    m = sq.Memory(readback=None)  # type: ignore[arg-type]
+    m.applied_at, m.applying = 60.0, applying
+    assert sq.reapply_due(m, True, 100.0, 30.0) is want
+    assert sq.revert_due(m, 100.0, 30.0) is want
+    assert (m.reverted_at is not None) is want  # a revert not done is not recorded
+
+
 def test_a_hand_edit_is_reverted_at_once_then_at_most_every_30_s():
     m = sq.Memories(30.0).of(A, "u")
     assert sq.revert_due(m, 100.0, 30.0) is True
@@ -381,6 +390,22 @@ def test_resync_budget_grows_the_period_not_the_rate(n, interval, rate, period, 
     mean_gap, most = _refresh_gaps(n, interval, rate)
     assert mean_gap == pytest.approx(period, rel=0.1)
     assert most <= burst + (rate or 0)  # a second's worth of budget, plus what refilled within that second
+
+
+@pytest.mark.parametrize("rate,wait", [(1.0, 1.0), (4.0, 0.5), (50.0, 0.5), (500.0, 0.5)])
+def test_resyncs_held_by_the_budget_go_in_batches(rate, wait):
+    clock = FakeClock()
+    q = sq.WorkQueue(5.0, clock, resync_per_s=rate)
+    keys = [("ns", f"k{i}") for i in range(2000)]
+    for k in keys:
+        q.activate(k)
+    q.take(set(keys))  # first refreshes: not budgeted
+    clock.t += 5.0
+    q.take(set(keys))  # the budget's first second
+    assert q.wait_s() == pytest.approx(wait)  # not one pass per token: each pass walks every object
+    clock.t += q.wait_s()
+    taken, _ = q.take(set(keys))
+    assert len(taken) == max(1, int(rate * wait))
 
 
 def test_marks_and_first_refreshes_are_not_held_back_by_the_budget():
