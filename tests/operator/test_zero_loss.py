@@ -14,6 +14,7 @@ import json
 import subprocess
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 
 import openai
@@ -64,8 +65,20 @@ def serving(cluster, zl_ns, zl_operator, project_image, tiny_models):
         cluster.apply(llms(NAME, {"model": pvc_model("tiny-llm"), "scheduler": {"maxNumSeqs": 8}}), zl_ns)
         cluster.wait_for(lambda: status(cluster, zl_ns, NAME).get("phase") == "Ready", 300, f"{NAME} Ready")
         ip = cluster.get("service", NAME, zl_ns)["spec"]["clusterIP"]
+        # Ready says the pod is; kube-proxy may program the Service's rule a moment later, and a SYN sent
+        # before it leaves a conntrack entry that its retransmits follow until the connect times out (CI lost
+        # two first requests so). The load starts once the Service itself answers.
+        cluster.wait_for(lambda: _answers(f"http://{ip}:8000/v2/health/ready"), 60, "the Service to answer")
         yield f"http://{ip}:8000/v3"
         cluster.kubectl("delete", "llmserving", NAME, "-n", zl_ns, "--wait=false", check=False)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
 
 
 @pytest.fixture(autouse=True)
@@ -187,7 +200,6 @@ class PodLog:
 
 def requests_served(cluster, ns: str, pod: dict) -> float:
     """ovserve_requests_total of one pod (its IP is reachable from this network namespace)."""
-    import urllib.request
 
     with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8000/metrics", timeout=5) as r:
         text = r.read().decode()
