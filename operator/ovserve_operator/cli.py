@@ -187,7 +187,6 @@ def run(settings: Settings) -> int:
     health.role = "leader"
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings, settings)
-    handlers.narrow_watches(kopf_settings)
     scope = "cluster-wide" if settings.clusterwide else f"namespaces {','.join(settings.watch_namespaces)}"
     log.info("starting kopf (%s) as %s", scope, settings.identity)
     try:

@@ -1,9 +1,10 @@
 """Thin kopf glue. All decisions live in render / readback / rules + status / statusqueue (unit-tested).
 
 - create / update / resume: render the Deployment + Service and server-side apply them.
-- caches of the LLMServings, their runtime pods, Deployments and Services (cache.py), fed by kopf's
-  events; every event marks the owning LLMServing dirty, except the echo of the operator's own status
-  patch (echo.py). An LLMServing is refreshed only once every child it had at start came through the watch.
+- caches of the LLMServings (fed by kopf's events) and of their runtime pods, Deployments and Services (fed by
+  the operator's own list and watch, reflector.py: kopf's per-object machinery cost most of the operator's
+  memory at thousands of objects); every event marks the owning LLMServing dirty, except the echo of the
+  operator's own status patch (echo.py). No LLMServing is refreshed before each child kind was listed once.
 - one status controller task (statusqueue.StatusController, started at startup): for every LLMServing
   that is dirty or due, `refresh` reads the runtime reports (and, for pods stuck creating, their mount
   Events), recomputes the whole status, patches it only when it changed (no heartbeat), posts the
@@ -20,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import datetime as dt
 import functools
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -43,6 +46,7 @@ from . import (
     policy,
     readback,
     reasons,
+    reflector,
     render,
     resourcedefaults,
     rolloutbudget,
@@ -97,8 +101,10 @@ class _Context:
         self.pods = cache.Cache()
         self.deployments = cache.Cache()
         self.services = cache.Cache()
-        self.gate = cache.SyncGate()
+        self.gate = cache.ListGate()
         self.ready_events: dict[statusqueue.Key, asyncio.Event] = {}  # resume handlers waiting for the gate
+        self.reflectors: list[reflector.Reflector] = []
+        self.list_stamps: dict[str, int] = {}  # reflector name -> its cache's stamp when its LIST began
 
 
 CTX = _Context()
@@ -128,7 +134,7 @@ def _mark(namespace: str, name: str) -> None:
     CTX.queue.mark((namespace, name))
 
 
-def _pod_snapshot(body: kopf.Body) -> dict[str, Any]:
+def _pod_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     return copy.deepcopy(
@@ -157,14 +163,15 @@ def _pod_snapshot(body: kopf.Body) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------- caches
-# What a status is computed from, in the operator's own caches (cache.py), fed by kopf's events: kopf's indexes
-# would hold every handler until every object of every kind is indexed, at a cost growing with the square of
-# the objects. Event handlers run in the event loop, so they may mark objects dirty directly.
+# What a status is computed from, in the operator's own caches (cache.py): LLMServings fed by kopf's events,
+# children by the reflectors (reflector.py). kopf's indexes would hold every handler until every object of every
+# kind is indexed, at a cost growing with the square of the objects. The caches are only touched on the event
+# loop, so their handlers may mark objects dirty directly.
 
 CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY, render.LABEL_OWNER: kopf.PRESENT}
 
 
-def _child_snapshot(body: kopf.Body) -> dict[str, Any]:
+def _child_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     """What drift is judged on: the live spec and labels (and the Deployment's conditions)."""
     meta = body.get("metadata") or {}
     return copy.deepcopy(
@@ -217,15 +224,17 @@ async def llmservings(event: kopf.RawEvent, body: kopf.Body, namespace: str, nam
     CTX.llmservings.put(uid, (namespace, name), _llmserving_snapshot(body, namespace, name))
 
 
-def _released(key: statusqueue.Key) -> None:
-    """Every child `key` had at start is in the cache: refresh it, and wake its resume handler if it waits."""
-    _mark(*key)
-    if (ready := CTX.ready_events.pop(key, None)) is not None:
+def _gate_opened() -> None:
+    """Every child kind was listed once: refresh every LLMServing, wake the resume handlers that wait."""
+    for key in CTX.llmservings:
+        _mark(*key)
+    for ready in CTX.ready_events.values():
         ready.set()
+    CTX.ready_events.clear()
 
 
 async def _in_sync(key: statusqueue.Key, timeout: float) -> bool:
-    """Wait (at most `timeout`) until every child `key` had at start is in the cache."""
+    """Wait (at most `timeout`) until the caches hold every child `key` had at start (each kind listed once)."""
     if CTX.gate.ready(key):
         return True
     ready = CTX.ready_events.setdefault(key, asyncio.Event())
@@ -246,70 +255,53 @@ def _child_cache(kind: str) -> cache.Cache:
     return {"Pod": CTX.pods, "Deployment": CTX.deployments, "Service": CTX.services}[kind]
 
 
-def _list_kind(kube: Kube, kind: str, namespaces: tuple[str, ...]) -> list[tuple[str, str, str]]:
-    """(uid, namespace, key name) of every `kind` the caches hold, as a LIST sees them now: LLMServings by
-    their name, children (CHILD_KINDS) by the owner they label, with the same selector as their watch."""
-    if kind == api.KIND:
-        return kube.list_owned(api.API_VERSION, kind, namespaces, "", None)
-    api_version, selector, _ = CHILD_KINDS[kind]
-    return kube.list_owned(
-        api_version, kind, namespaces, cache.label_selector(selector, kopf.PRESENT), render.LABEL_OWNER
-    )
+def _list_llmservings(kube: Kube, namespaces: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(uid, namespace, name) of every LLMServing, as a LIST sees them now."""
+    return kube.list_owned(api.API_VERSION, api.KIND, namespaces, "", None)
 
 
-def on_child_event(kind: str, event_type: str | None, body: kopf.Body) -> None:
-    """One watch event of a pod, Deployment or Service (the labels checked here too: one that stops matching
-    the selector leaves the cache, as a deleted one does). Marks the owner of what changed."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChildChange:
+    """What one listed object or watch event of a pod, Deployment or Service does to its cache."""
+
+    kind: str
+    uid: str
+    key: statusqueue.Key | None  # its owner; None: it leaves the cache
+    snapshot: dict[str, Any] | None = None
+
+
+def child_change(kind: str, event_type: str | None, body: Mapping[str, Any]) -> ChildChange:
+    """Pure, in any thread (the reflector's, so that only the slim snapshot reaches the loop): a listed object
+    (`event_type` None) or a watch event. The labels are checked here too: one that stops matching the
+    selector leaves the cache, as a deleted one does."""
     _, selector, snapshot = CHILD_KINDS[kind]
     meta = body.get("metadata") or {}
     uid = meta.get("uid") or ""
-    labels = dict(meta.get("labels") or {})
-    if (ready := CTX.gate.confirm(kind, uid)) is not None:
-        _released(ready)
-    store = _child_cache(kind)
+    labels = meta.get("labels") or {}
     if event_type == "DELETED" or not cache.labels_match(labels, selector, kopf.PRESENT):
-        if (key := store.delete(uid)) is not None:
+        return ChildChange(kind, uid, None)
+    return ChildChange(kind, uid, (meta.get("namespace") or "", labels[render.LABEL_OWNER]), snapshot(body))
+
+
+def apply_child_change(change: ChildChange) -> None:
+    """On the loop: put or drop the child, and mark its owner."""
+    store = _child_cache(change.kind)
+    if change.key is None:
+        if (key := store.delete(change.uid)) is not None:
             _mark(*key)  # a child deleted by hand is re-applied at once (the status says it is missing meanwhile)
         return
-    key = (meta.get("namespace") or "", labels[render.LABEL_OWNER])
-    store.put(uid, key, snapshot(body))
-    _mark(*key)  # e.g. ReplicaFailure (pods refused by admission) shows only on the Deployment
+    store.put(change.uid, change.key, change.snapshot or {})
+    _mark(*change.key)  # e.g. ReplicaFailure (pods refused by admission) shows only on the Deployment
 
 
-WATCHED = {"Pod": ("", "v1", "pods"), "Deployment": ("apps", "v1", "deployments"), "Service": ("", "v1", "services")}
-
-
-def narrow_watches(kopf_settings: Any) -> None:
-    """kopf lists and watches only the operator's own children (a label selector sent to the apiserver), not
-    every pod, Deployment and Service of the cluster: its memory and CPU per object count for the operator's
-    objects only. A child relabelled out of the selector comes as a DELETED event (the watch's semantics)."""
-    for kind, resource in WATCHED.items():
-        kopf_settings.watching.label_selectors[resource] = cache.label_selector(CHILD_KINDS[kind][1], kopf.PRESENT)
-
-
-# Group and version given: a bare "pods" makes kopf scan every API group, and one unavailable aggregated API
-# (a stopped metrics adapter whose APIService is still registered) crash-looped the operator at start.
-@kopf.on.event("", "v1", "pods")
-async def runtime_pods(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    on_child_event("Pod", event.get("type"), body)
-
-
-@kopf.on.event("apps", "v1", "deployments")
-async def runtime_deployments(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    on_child_event("Deployment", event.get("type"), body)
-
-
-@kopf.on.event("", "v1", "services")
-async def runtime_services(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    on_child_event("Service", event.get("type"), body)
+def on_child_event(kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
+    apply_child_change(child_change(kind, event_type, body))
 
 
 class _QuietChildEvents(logging.Filter):
-    """kopf logs every event handler's success at INFO: one line per watch event of every pod is noise."""
+    """kopf logs every event handler's success at INFO: one line per watch event of every object is noise."""
 
-    QUIET = tuple(
-        f"'{h}' succeeded" for h in ("llmservings", "runtime_pods", "runtime_deployments", "runtime_services")
-    )
+    QUIET = ("'llmservings' succeeded",)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -319,73 +311,111 @@ class _QuietChildEvents(logging.Filter):
 logging.getLogger("kopf.objects").addFilter(_QuietChildEvents())
 
 
-def _seed(kube: Kube, namespaces: tuple[str, ...]) -> None:
-    """Before kopf watches (startup handlers run first): which children exist now, under which owner, so that
-    no LLMServing is refreshed before kopf delivered each of its children (cache.SyncGate)."""
-    for kind in CHILD_KINDS:
-        CTX.gate.seed(kind, ((uid, (ns, owner)) for uid, ns, owner in _list_kind(kube, kind, namespaces)))
-    log.info("children at start: %s to come through the watch", CTX.gate.waiting())
+# ------------------------------------------------------------------------------------- reflectors
 
 
-SWEEP_EVERY_S = 5.0  # how often the seeded children that never came are looked for again
+def _on_loop(loop: asyncio.AbstractEventLoop, stop: threading.Event, fn: Callable[..., None], *args: Any) -> None:
+    """From a reflector's thread: run `fn(*args)` on the event loop (where the caches live) and wait until it
+    ran: a LIST never runs ahead of the loop by more than one page."""
+    done = threading.Event()
+    loop.call_soon_threadsafe(_guarded, fn, args, done)
+    while not done.wait(1.0) and not stop.is_set():
+        pass
 
 
-async def _sweep_until_in_sync(kube: Kube, namespaces: tuple[str, ...]) -> None:
-    """A child seeded at start but deleted before kopf listed it never comes: once kopf delivers no more of a
-    kind, LIST it again and drop the seeded uids that are gone. Ends when every seeded child came or went."""
-    waited: dict[str, int] = {}
-    while CTX.gate.waiting():
-        await asyncio.sleep(SWEEP_EVERY_S)
-        for kind in CHILD_KINDS:
-            left = CTX.gate.waiting(kind)
-            if left and waited.get(kind) == left:  # no progress since the last look
-                try:
-                    found = await _call(CTX.io_pool, _list_kind, kube, kind, namespaces)
-                except Exception as e:  # the gate stays shut for those keys: try again at the next look
-                    log.warning("listing %s to sweep the start-up gate failed: %s", kind, error_text(e))
-                    continue
-                for key in CTX.gate.sweep(kind, {uid for uid, _, _ in found}):
-                    _released(key)
-                log.info(
-                    "%s: %d seeded at start and deleted before the watch listed them",
-                    kind,
-                    left - CTX.gate.waiting(kind),
-                )
-            waited[kind] = CTX.gate.waiting(kind)
-    log.info("caches in sync: every child present at start came through the watch")
+def _guarded(fn: Callable[..., None], args: tuple, done: threading.Event | None = None) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("handling a child %s failed", fn.__name__)
+    finally:
+        if done is not None:
+            done.set()
 
 
-CACHE_RESYNC_S = 300.0  # how often the caches are checked against a LIST of what exists
+def _listed(r: reflector.Reflector, changes: list[ChildChange], first: bool) -> None:
+    if first:  # what this LIST does not return, put before it began, was deleted unseen: `_synced` drops it
+        CTX.list_stamps[r.name] = _child_cache(r.kind).stamp()
+    for change in changes:
+        apply_child_change(change)
+
+
+def _synced(r: reflector.Reflector, uids: set[str]) -> None:
+    store = _child_cache(r.kind)
+    keys = store.prune(uids, CTX.list_stamps.pop(r.name, 0), r.namespace or None)
+    CTX.health.inc("ovserve_operator_child_lists_total")
+    if keys:
+        log.info("%s: %d cached objects were deleted while no watch ran: dropped", r.name, len(keys))
+        CTX.health.inc("ovserve_operator_cache_pruned_total", len(keys))
+        for key in keys:
+            _mark(*key)  # its child is missing: the refresh says so and re-applies it
+    if CTX.gate.listed(r.name):
+        log.info("caches in sync: every child kind listed")
+        _gate_opened()
+
+
+class _LoopSink:
+    """reflector.Sink: objects reduced to their snapshots in the reflector's thread (the raw bodies never
+    reach the loop), then handed to the loop: a LIST's pages waiting for each to be taken, watch events not
+    (the watch must keep up with the apiserver, which drops a slow watcher)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def listed(self, r: reflector.Reflector, items: list[dict[str, Any]], first: bool) -> None:
+        changes = [child_change(r.kind, None, item) for item in items]
+        _on_loop(self.loop, r.stop, _listed, r, changes, first)
+
+    def synced(self, r: reflector.Reflector, uids: set[str]) -> None:
+        _on_loop(self.loop, r.stop, _synced, r, uids)
+
+    def event(self, r: reflector.Reflector, event_type: str, obj: dict[str, Any]) -> None:
+        self.loop.call_soon_threadsafe(_guarded, apply_child_change, (child_change(r.kind, event_type, obj),))
+
+
+def _start_reflectors(kube: Kube, namespaces: tuple[str, ...]) -> list[reflector.Reflector]:
+    """One reflector per child kind and watched namespace (one for all namespaces when cluster-wide)."""
+    sink = _LoopSink(asyncio.get_running_loop())
+    out = []
+    for kind, (_, selector, _) in CHILD_KINDS.items():
+        for ns in namespaces or ("",):
+            r = reflector.Reflector(
+                kind,
+                ns,
+                cache.label_selector(selector, kopf.PRESENT),
+                reflector.list_function(kube, kind, ns),
+                sink,
+            )
+            out.append(r)
+    CTX.gate.expect(r.name for r in out)
+    for r in out:
+        r.start()
+    return out
+
+
+CACHE_RESYNC_S = 300.0  # how often the LLMServing cache is checked against a LIST of what exists
 
 
 async def _prune_caches(kube: Kube, namespaces: tuple[str, ...]) -> int:
-    """One LIST per kind: what a cache holds and the LIST no longer returns was deleted without a watch event
-    (kopf restarted a watch from a fresh LIST after a 410 Gone: no DELETED for the gap). A child's owner is
-    marked, so the refresh sees it missing and re-applies it; a gone LLMServing is forgotten by the controller.
-    Returns how many keys lost an object."""
-    lost = 0
-    for kind in (api.KIND, *CHILD_KINDS):
-        store = CTX.llmservings if kind == api.KIND else _child_cache(kind)
-        stamp = store.stamp()  # on the loop, before the LIST: events that come meanwhile are newer
-        try:
-            found = await _call(CTX.io_pool, _list_kind, kube, kind, namespaces)
-        except Exception as e:  # the next period tries again
-            log.warning("listing %s to check the cache failed: %s", kind, error_text(e))
-            continue
-        keys = store.prune({uid for uid, _, _ in found}, stamp)
-        if keys:
-            log.info("%s: %d cached objects were deleted without a watch event: dropped", kind, len(keys))
-            CTX.health.inc("ovserve_operator_cache_pruned_total", len(keys))
-        lost += len(keys)
-        if store is not CTX.llmservings:
-            for key in keys:
-                _mark(*key)
-    return lost
+    """One LIST of the LLMServings: what the cache holds and the LIST no longer returns was deleted without a
+    watch event (kopf restarted its watch from a fresh LIST after a 410 Gone: no DELETED for the gap); the
+    controller forgets it. (The children's reflectors list again themselves after a 410.) Returns how many
+    were dropped."""
+    stamp = CTX.llmservings.stamp()  # on the loop, before the LIST: events that come meanwhile are newer
+    try:
+        found = await _call(CTX.io_pool, _list_llmservings, kube, namespaces)
+    except Exception as e:  # the next period tries again
+        log.warning("listing LLMServings to check the cache failed: %s", error_text(e))
+        return 0
+    keys = CTX.llmservings.prune({uid for uid, _, _ in found}, stamp)
+    if keys:
+        log.info("%d cached LLMServings were deleted without a watch event: dropped", len(keys))
+        CTX.health.inc("ovserve_operator_cache_pruned_total", len(keys))
+    return len(keys)
 
 
 async def _keep_in_sync(kube: Kube, namespaces: tuple[str, ...]) -> None:
-    """The start-up sweep, then the caches checked against a LIST every CACHE_RESYNC_S."""
-    await _sweep_until_in_sync(kube, namespaces)
+    """The LLMServing cache checked against a LIST every CACHE_RESYNC_S."""
     while True:
         await asyncio.sleep(CACHE_RESYNC_S)
         await _prune_caches(kube, namespaces)
@@ -399,7 +429,7 @@ async def _startup(**_: Any) -> None:
     CTX.queue.wake = asyncio.Event()  # of this loop
     CTX.queue.wake.set()
     kube, namespaces = _kube(), CTX.settings.watch_namespaces
-    await _call(CTX.io_pool, _seed, kube, namespaces)
+    CTX.reflectors = _start_reflectors(kube, namespaces)
 
     async def refresh_one(key: statusqueue.Key, snapshot: dict[str, Any]) -> None:
         CTX.health.inc("ovserve_operator_status_refreshes_total")
@@ -434,6 +464,9 @@ async def _startup(**_: Any) -> None:
 @kopf.on.cleanup()
 async def _cleanup(**_: Any) -> None:
     CTX.health.kopf_running = False
+    for r in CTX.reflectors:
+        r.close()
+    CTX.reflectors = []
     for task in (CTX.task, CTX.sweeper):
         if task is not None:
             task.cancel()
@@ -582,7 +615,7 @@ async def reconcile(
     _mark(namespace, name)
 
 
-RESUME_WAIT_S = 60.0  # a resume waits this long for the object's children to come through the watch
+RESUME_WAIT_S = 60.0  # a resume waits this long for the children's first LISTs
 
 
 def _children_current(key: statusqueue.Key, uid: str, spec: api.LLMServingSpec) -> bool:

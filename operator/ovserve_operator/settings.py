@@ -391,15 +391,7 @@ def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     kopf_settings.networking.request_timeout = 60
     kopf_settings.networking.connect_timeout = 10
     kopf_settings.execution.max_workers = 16
-    # Only the runtime pods, Deployments and Services stream to the operator: the selector goes to the apiserver
-    # (kopf's `labels=` on the indexes filters client-side, after every Pod of the cluster was sent).
-    from .render import LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
-
-    children = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_OWNER}"
-    kopf_settings.watching.label_selectors["v1", "pods"] = f"{children},{LABEL_COMPONENT}=runtime"
-    kopf_settings.watching.label_selectors["apps", "deployments"] = children
-    kopf_settings.watching.label_selectors["v1", "services"] = children
-
+    # kopf watches only the LLMServings: the operator's own reflectors list and watch the children (reflector.py).
 
 if __name__ == "__main__":
     sys.exit(DOCS.main())

@@ -1,7 +1,7 @@
 """The operator's own caches and the start-up gate (cache.py), and the child event handler that feeds them.
 
-The gate's promise: an LLMServing is refreshed only once every child it had at start came through the watch
-(or is known gone), so a refresh never runs on a cache that still lacks a pod kopf has not listed yet.
+The gate's promise: no LLMServing is refreshed before every child kind was listed once, so a refresh never runs
+on a cache that still lacks a pod its reflector has not listed yet.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 import pytest
-from ovserve_operator import cache, handlers, render, statusqueue
+from ovserve_operator import cache, handlers, reflector, render, statusqueue
 from ovserve_operator import spec as api
 from ovserve_operator.settings import Settings
 
@@ -33,7 +33,18 @@ def test_cache_put_delete_and_owner_change():
     assert c.delete("unknown") is None
 
 
-# steps: ("put", uid, key) | ("stamp",) | ("prune", {listed uids}) [prune uses the latest stamp]
+C = ("other", "c")
+
+
+def test_a_read_is_a_copy():
+    """Snapshots are kept pickled: a reader that changes what it read changes nothing cached."""
+    c = cache.Cache()
+    c.put("u1", A, {"spec": {"replicas": 1}})
+    c[A][0]["spec"]["replicas"] = 5
+    assert c[A] == [{"spec": {"replicas": 1}}]
+
+
+# steps: ("put", uid, key) | ("stamp",) | ("prune", {listed uids}[, namespace]) [prune uses the latest stamp]
 PRUNES = {
     "deleted in a watch gap (not listed, put before the LIST): dropped": (
         [("put", "p1", A), ("put", "p2", A), ("stamp",), ("prune", {"p1"})],
@@ -56,6 +67,11 @@ PRUNES = {
         [A, B],
         {"p4"},
     ),
+    "a LIST of one namespace judges only that namespace's entries": (
+        [("put", "p1", A), ("put", "p2", C), ("stamp",), ("prune", set(), "other")],
+        [C],
+        {"p1"},
+    ),
     "a deleted uid is not pruned again": (
         [("put", "p1", A), ("stamp",), ("prune", set()), ("prune", set())],
         [],
@@ -74,112 +90,33 @@ def test_cache_prune(steps, last_keys, left):
         elif step[0] == "stamp":
             stamp = c.stamp()
         else:
-            keys = c.prune(step[1], stamp)
+            keys = c.prune(step[1], stamp, *step[2:])
     assert keys == last_keys
     assert {snap["uid"] for key in c for snap in c[key]} == left
 
 
 class _Listing:
-    """What the apiserver lists now, by kind (the glue around Cache.prune, without a cluster)."""
+    """What the apiserver lists now (the glue around Cache.prune, without a cluster)."""
 
-    def __init__(self, listed: dict[str, list[tuple[str, str, str]]]) -> None:
+    def __init__(self, listed: list[tuple[str, str, str]]) -> None:
         self.listed = listed
 
     def list_owned(self, api_version, kind, namespaces, selector, owner_label):
-        return self.listed.get(kind, [])
+        assert kind == api.KIND
+        return self.listed
 
 
-def test_prune_caches_marks_owners_of_children_deleted_unseen(ctx):
-    saved = handlers.CTX.llmservings, handlers.CTX.deployments, handlers.CTX.services
-    handlers.CTX.llmservings, handlers.CTX.deployments, handlers.CTX.services = (
-        cache.Cache(),
-        cache.Cache(),
-        cache.Cache(),
-    )
+def test_prune_caches_drops_llmservings_deleted_unseen(ctx):
+    saved = handlers.CTX.llmservings
+    handlers.CTX.llmservings = cache.Cache()
     try:
         ctx.llmservings.put("s-a", A, {})
         ctx.llmservings.put("s-b", B, {})
-        ctx.pods.put("p-a", A, {})
-        ctx.deployments.put("d-a", A, {})
-        ctx.deployments.put("d-b", B, {})
-        listing = _Listing(
-            {
-                api.KIND: [("s-a", "ns", "a")],  # b was deleted unseen
-                "Pod": [("p-a", "ns", "a")],
-                "Deployment": [("d-b", "ns", "b")],  # a's Deployment was deleted unseen
-            }
-        )
-        lost = asyncio.run(handlers._prune_caches(listing, ()))
-        assert lost == 2
+        lost = asyncio.run(handlers._prune_caches(_Listing([("s-a", "ns", "a")]), ()))  # b was deleted unseen
+        assert lost == 1
         assert list(ctx.llmservings) == [A]  # the controller forgets b
-        assert A not in ctx.deployments and B in ctx.deployments
-        assert A in ctx.pods
-        assert ctx.queue.dirty == {A}  # a is refreshed: its Deployment is missing and is re-applied
     finally:
-        handlers.CTX.llmservings, handlers.CTX.deployments, handlers.CTX.services = saved
-
-
-# steps: ("seed", kind, uid, key) | ("confirm", kind, uid) | ("sweep", kind, {listed uids})
-# then the keys ready and the keys that the last step made ready
-GATE_CASES = {
-    "nothing seeded: every key is ready": ([], {A: True}, []),
-    "a key waits for each of its children": (
-        [("seed", "Pod", "p1", A), ("seed", "Pod", "p2", A), ("seed", "Deployment", "d1", A), ("confirm", "Pod", "p1")],
-        {A: False, B: True},
-        [],
-    ),
-    "the last child that came makes it ready": (
-        [
-            ("seed", "Pod", "p1", A),
-            ("seed", "Service", "s1", A),
-            ("confirm", "Service", "s1"),
-            ("confirm", "Pod", "p1"),
-        ],
-        {A: True},
-        [A],
-    ),
-    "keys are ready independently": (
-        [("seed", "Pod", "p1", A), ("seed", "Pod", "p2", B), ("confirm", "Pod", "p2")],
-        {A: False, B: True},
-        [B],
-    ),
-    "a child of another kind with the same uid does not count": (
-        [("seed", "Pod", "x", A), ("confirm", "Service", "x")],
-        {A: False},
-        [],
-    ),
-    "confirmed twice (a re-list): no harm": (
-        [("seed", "Pod", "p1", A), ("seed", "Pod", "p2", A), ("confirm", "Pod", "p1"), ("confirm", "Pod", "p1")],
-        {A: False},
-        [],
-    ),
-    "a child deleted before kopf listed it: the sweep drops it": (
-        [("seed", "Pod", "p1", A), ("seed", "Pod", "p2", A), ("confirm", "Pod", "p1"), ("sweep", "Pod", {"p1"})],
-        {A: True},
-        [A],
-    ),
-    "the sweep keeps what is still listed (kopf will deliver it)": (
-        [("seed", "Pod", "p1", A), ("sweep", "Pod", {"p1"})],
-        {A: False},
-        [],
-    ),
-}
-
-
-@pytest.mark.parametrize("steps,ready,released", list(GATE_CASES.values()), ids=list(GATE_CASES))
-def test_sync_gate(steps, ready, released):
-    gate = cache.SyncGate()
-    last: list = []
-    for step in steps:
-        if step[0] == "seed":
-            gate.seed(step[1], [(step[2], step[3])])
-            last = []
-        elif step[0] == "confirm":
-            last = [k] if (k := gate.confirm(step[1], step[2])) is not None else []
-        else:
-            last = gate.sweep(step[1], step[2])
-    assert {k: gate.ready(k) for k in ready} == ready
-    assert last == released
+        handlers.CTX.llmservings = saved
 
 
 @pytest.mark.parametrize(
@@ -214,7 +151,7 @@ def ctx():
     handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate = (
         statusqueue.WorkQueue(5.0),
         cache.Cache(),
-        cache.SyncGate(),
+        cache.ListGate(),
     )
     yield handlers.CTX
     handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate = saved
@@ -243,20 +180,83 @@ def test_child_events_feed_the_cache(ctx, events, key, marked):
     assert ctx.queue.dirty == marked
 
 
-def test_the_last_seeded_child_to_come_marks_its_owner(ctx):
-    ctx.gate.seed("Pod", [("u1", A), ("u2", A)])
-    handlers.on_child_event("Pod", None, kopf.Body(pod("u1", "a")))
-    assert not ctx.gate.ready(A)
+# steps: ("expect", [names]) | ("listed", name); then whether the gate is open, and what the last step returned
+LIST_GATE = {
+    "nothing expected: open": ([], True, None),
+    "closed until every reflector listed once": ([("expect", ["Pod", "Service"]), ("listed", "Pod")], False, False),
+    "the last LIST opens it (once)": (
+        [("expect", ["Pod", "Service"]), ("listed", "Pod"), ("listed", "Service")],
+        True,
+        True,
+    ),
+    "a later LIST (after a 410) changes nothing": (
+        [("expect", ["Pod"]), ("listed", "Pod"), ("listed", "Pod")],
+        True,
+        False,
+    ),
+    "an unknown name does not open it": ([("expect", ["Pod"]), ("listed", "Deployment")], False, False),
+}
+
+
+@pytest.mark.parametrize("steps,open_,last", list(LIST_GATE.values()), ids=list(LIST_GATE))
+def test_list_gate(steps, open_, last):
+    gate = cache.ListGate()
+    result = None
+    for step in steps:
+        if step[0] == "expect":
+            gate.expect(step[1])
+        else:
+            result = gate.listed(step[1])
+    assert gate.ready(A) is open_ and gate.ready() is open_
+    assert result is last
+
+
+def _reflector(kind: str, namespace: str = "") -> reflector.Reflector:
+    return reflector.Reflector(kind, namespace, "", lambda **_: None, sink=None)  # never started: no API call
+
+
+def test_first_lists_open_the_gate_mark_every_llmserving_and_wake_resumes(ctx):
+    saved = handlers.CTX.llmservings, handlers.CTX.ready_events
+    handlers.CTX.llmservings, handlers.CTX.ready_events = cache.Cache(), {}
+    pods, services = _reflector("Pod"), _reflector("Service")
+    try:
+        ctx.llmservings.put("s-a", A, {})
+        ctx.llmservings.put("s-b", B, {})
+        ctx.gate.expect([pods.name, services.name])
+        waiting = ctx.ready_events.setdefault(A, asyncio.Event())
+        handlers._listed(pods, [handlers.child_change("Pod", None, pod("u1", "a"))], True)
+        handlers._synced(pods, {"u1"})
+        assert not ctx.gate.ready(A) and not waiting.is_set()
+        ctx.queue.dirty.clear()
+        handlers._listed(services, [], True)
+        handlers._synced(services, set())
+        assert ctx.gate.ready(A) and waiting.is_set()
+        assert ctx.queue.dirty == {A, B}
+    finally:
+        handlers.CTX.llmservings, handlers.CTX.ready_events = saved
+
+
+def test_a_relist_drops_children_deleted_unseen_and_marks_their_owners(ctx):
+    """After a 410 the reflector lists again: what that LIST no longer returns was deleted in the gap."""
+    ctx.gate.expect([])
+    pods = _reflector("Pod", "ns")
+    handlers._listed(pods, [handlers.child_change("Pod", None, pod(u, o)) for u, o in (("u1", "a"), ("u2", "b"))], True)
+    handlers._synced(pods, {"u1", "u2"})
+    ctx.pods.put("u3", ("other", "c"), {})  # another namespace's reflector put it: not judged by this LIST
     ctx.queue.dirty.clear()
-    handlers.on_child_event("Pod", None, kopf.Body(pod("u2", "a")))
-    assert ctx.gate.ready(A) and A in ctx.queue.dirty
+    # u2 was deleted while no watch ran
+    handlers._listed(pods, [handlers.child_change("Pod", None, pod("u1", "a"))], True)
+    assert ctx.queue.dirty == {A}
+    handlers._synced(pods, {"u1"})
+    assert ctx.queue.dirty == {A, B}  # b's pod is missing: its refresh says so
+    assert A in ctx.pods and B not in ctx.pods and ("other", "c") in ctx.pods
 
 
-def test_controller_holds_a_key_until_ready_and_keeps_its_mark():
+def test_controller_holds_every_key_until_the_gate_opens_and_keeps_marks():
     async def scenario():
         q = statusqueue.WorkQueue(5.0)
-        gate = cache.SyncGate()
-        gate.seed("Pod", [("p1", A)])
+        gate = cache.ListGate()
+        gate.expect(["Pod in every namespace"])
         seen: list = []
         gone: list = []
 
@@ -269,13 +269,13 @@ def test_controller_holds_a_key_until_ready_and_keeps_its_mark():
         q.activate(A)
         q.activate(B)
         q.mark(A)
-        assert await c.cycle() == [B]  # A waits for its pod; not gone either
+        assert await c.cycle() == []  # both wait for the pods' LIST; not gone either
         await c.drain()
         assert gone == [] and A in q.dirty
-        gate.confirm("Pod", "p1")
-        assert await c.cycle() == [A]
+        gate.listed("Pod in every namespace")
+        assert await c.cycle() == [A, B]  # the marked one first, then the one due for its first refresh
         await c.drain()
-        assert seen == [B, A]
+        assert seen == [A, B]
 
     asyncio.run(scenario())
 
@@ -331,23 +331,3 @@ def test_children_current(changes, spec, deployment, service, want):
         assert handlers._children_current(A, UID, api.parse_spec(spec)) is want
     finally:
         handlers.CTX.settings, handlers.CTX.deployments, handlers.CTX.services = saved
-
-
-@pytest.mark.parametrize(
-    "group,plural,want",
-    [
-        (
-            "",
-            "pods",
-            "app.kubernetes.io/managed-by=ovserve-operator,app.kubernetes.io/component=runtime,ovserve.dev/llmserving",
-        ),
-        ("apps", "deployments", "app.kubernetes.io/managed-by=ovserve-operator,ovserve.dev/llmserving"),
-        ("", "services", "app.kubernetes.io/managed-by=ovserve-operator,ovserve.dev/llmserving"),
-        ("ovserve.dev", "llmservings", None),  # every LLMServing
-    ],
-)
-def test_kopf_watches_only_the_operators_children(group, plural, want):
-    ks = kopf.OperatorSettings()
-    handlers.narrow_watches(ks)
-    resource = kopf.Resource(group, "v1" if group != "ovserve.dev" else "v1alpha1", plural)
-    assert (ks.watching.label_selectors.collect(resource) or [None]) == [want]
