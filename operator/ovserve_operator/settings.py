@@ -363,6 +363,9 @@ DOCS = docblock.Block(
 )
 
 
+KOPF_WORKERS = 100  # kopf's per-object workers at once, per watched namespace
+
+
 def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     """Production kopf settings: annotation storages with our prefix, no peering, explicit events only."""
     import kopf
@@ -391,6 +394,12 @@ def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     kopf_settings.networking.request_timeout = 60
     kopf_settings.networking.connect_timeout = 10
     kopf_settings.execution.max_workers = 16
+    # kopf runs a worker task per object with events; a bulk create or a new leader's listing of thousands of
+    # LLMServings ran one per object at once, and the allocator keeps that peak for good (docs/operator.md,
+    # Scale). Bounded, the others wait as queued events; a worker frees its slot 0.5 s after its last event
+    # (kopf's default is 5 s, which would cap the throughput at KOPF_WORKERS / 5 objects a second).
+    kopf_settings.queueing.worker_limit = KOPF_WORKERS
+    kopf_settings.queueing.idle_timeout = 0.5
     # kopf watches only the LLMServings: the operator's own reflectors list and watch the children (reflector.py).
 
 if __name__ == "__main__":
