@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import dataclasses
 import datetime as dt
 import functools
@@ -137,29 +136,27 @@ def _mark(namespace: str, name: str) -> None:
 def _pod_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
-    return copy.deepcopy(
-        {
-            "metadata": {
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-                "creationTimestamp": meta.get("creationTimestamp"),
-                "labels": dict(meta.get("labels") or {}),
-                "annotations": dict(meta.get("annotations") or {}),
-                "deletionTimestamp": meta.get("deletionTimestamp"),
-            },
-            # init container names: an init container without a status yet still counts; what the containers
-            # run: a pod of a hand-edited template is not of the current spec (status.is_current)
-            "spec": {
-                "initContainers": [{"name": c.get("name")} for c in spec.get("initContainers") or []],
-                "containers": [
-                    {k: c[k] for k in ("name", "image", "command", "args", "env", "resources") if k in c}
-                    for c in spec.get("containers") or []
-                ],
-            },
-            "status": dict(body.get("status") or {}),
-        }
-    )
+    return {  # no copy needed: Cache.put keeps it pickled
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {}),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+        },
+        # init container names: an init container without a status yet still counts; what the containers
+        # run: a pod of a hand-edited template is not of the current spec (status.is_current)
+        "spec": {
+            "initContainers": [{"name": c.get("name")} for c in spec.get("initContainers") or []],
+            "containers": [
+                {k: c[k] for k in ("name", "image", "command", "args", "env", "resources") if k in c}
+                for c in spec.get("containers") or []
+            ],
+        },
+        "status": dict(body.get("status") or {}),
+    }
 
 
 # ------------------------------------------------------------------------------------- caches
@@ -174,41 +171,37 @@ CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY, render.LABEL_OWNER: 
 def _child_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     """What drift is judged on: the live spec and labels (and the Deployment's conditions)."""
     meta = body.get("metadata") or {}
-    return copy.deepcopy(
-        {
-            "apiVersion": body.get("apiVersion"),
-            "kind": body.get("kind"),
-            "metadata": {
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-                "labels": dict(meta.get("labels") or {}),
-                "annotations": dict(meta.get("annotations") or {}),
-                "ownerReferences": list(meta.get("ownerReferences") or []),
-            },
-            "spec": dict(body.get("spec") or {}),
-            "status": {"conditions": list((body.get("status") or {}).get("conditions") or [])},
-        }
-    )
+    return {  # no copy needed: Cache.put keeps it pickled
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": list(meta.get("ownerReferences") or []),
+        },
+        "spec": dict(body.get("spec") or {}),
+        "status": {"conditions": list((body.get("status") or {}).get("conditions") or [])},
+    }
 
 
 def _llmserving_snapshot(body: kopf.Body, namespace: str, name: str) -> dict[str, Any]:
     meta = body.get("metadata") or {}
-    return copy.deepcopy(
-        {
-            "apiVersion": body.get("apiVersion", api.API_VERSION),
-            "kind": body.get("kind", api.KIND),
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": meta.get("uid"),
-                "generation": meta.get("generation"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "spec": dict(body.get("spec") or {}),
-            "status": dict(body.get("status") or {}),
-        }
-    )
+    return {  # no copy needed: Cache.put keeps it pickled
+        "apiVersion": body.get("apiVersion", api.API_VERSION),
+        "kind": body.get("kind", api.KIND),
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": meta.get("uid"),
+            "generation": meta.get("generation"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)

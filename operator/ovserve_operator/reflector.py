@@ -29,6 +29,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, Protocol
 
+from .kube import error_status, error_text
+
 log = logging.getLogger(__name__)
 
 PAGE = 100  # objects per LIST page (a page of pods decodes to ~5 MiB of Python objects, freed page by page)
@@ -163,12 +165,12 @@ class Reflector:
             except Exception as e:
                 if self.stop.is_set():
                     return
-                if isinstance(e, Gone) or getattr(e, "status", None) == 410:  # a watch's, or a LIST's continue token
-                    log.info("%s: %s: listing again", self.name, _text(e))
+                if isinstance(e, Gone) or error_status(e) == 410:  # a watch's, or a LIST's continue token
+                    log.info("%s: %s: listing again", self.name, error_text(e))
                     self.resource_version = None
                     continue
                 pause = next_backoff(pause)
-                log.warning("%s: %s: again in %.0f s", self.name, _text(e), pause)
+                log.warning("%s: %s: again in %.0f s", self.name, error_text(e) or type(e).__name__, pause)
                 self.stop.wait(pause)
 
     # --------------------------------------------------------------------------- thread
@@ -216,11 +218,6 @@ def _shutdown(response: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-
-
-def _text(e: BaseException) -> str:
-    status = getattr(e, "status", None) if not isinstance(e, Gone) else None
-    return f"HTTP {status}: {getattr(e, 'reason', '')}".strip() if status else f"{type(e).__name__}: {e}"
 
 
 def list_function(kube: Any, kind: str, namespace: str) -> Callable[..., Any]:

@@ -402,5 +402,6 @@ def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     kopf_settings.queueing.idle_timeout = 0.5
     # kopf watches only the LLMServings: the operator's own reflectors list and watch the children (reflector.py).
 
+
 if __name__ == "__main__":
     sys.exit(DOCS.main())
