@@ -292,7 +292,9 @@ class TaskEngine:
             self.fatal = message
             victims = current + list(self._queue)
             self._queue.clear()
-        for job in victims:
-            job.emit("error", f"pipeline failed: {message}")
+        # The server hears it before any job does: a client that sees the error and then probes finds the
+        # server already failed, and a caller never sees a job's error before `on_fatal` ran.
         if self.on_fatal is not None:
             self.on_fatal(message)
+        for job in victims:
+            job.emit("error", f"pipeline failed: {message}")
