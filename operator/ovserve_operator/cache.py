@@ -31,6 +31,11 @@ Key = tuple[str, str]  # (namespace, name) of the LLMServing
 Snapshot = dict[str, Any]
 
 
+def pack(snapshot: Snapshot) -> bytes:
+    """A snapshot as the cache keeps it: one bytes object instead of hundreds of small dicts and strings."""
+    return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 class Cache(Mapping[Key, list[Snapshot]]):
     """Snapshots by key, each key holding the snapshots of its objects by uid: `cache[key]` is the list of
     them (what the StatusController and the refresh read, as they read kopf's indexes before)."""
@@ -42,11 +47,15 @@ class Cache(Mapping[Key, list[Snapshot]]):
         self._stamp = 0
 
     def put(self, uid: str, key: Key, snapshot: Snapshot) -> None:
+        self.put_packed(uid, key, pack(snapshot))
+
+    def put_packed(self, uid: str, key: Key, packed: bytes) -> None:
+        """`put` of a snapshot already `pack`ed (by the reflector's thread)."""
         old = self._key_of.get(uid)
         if old is not None and old != key:  # its owner label changed
             self.delete(uid)
         self._key_of[uid] = key
-        self._by_key.setdefault(key, {})[uid] = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+        self._by_key.setdefault(key, {})[uid] = packed
         self._stamp += 1
         self._put_at[uid] = self._stamp
 

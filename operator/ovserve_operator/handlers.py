@@ -260,7 +260,9 @@ class ChildChange:
     kind: str
     uid: str
     key: statusqueue.Key | None  # its owner; None: it leaves the cache
-    snapshot: dict[str, Any] | None = None
+    # the snapshot, already `cache.pack`ed: what waits in the loop's queue during a burst of events is one
+    # bytes object per event, not the dicts and strings that stayed behind in pymalloc's arenas as residue
+    packed: bytes = b""
 
 
 def child_change(kind: str, event_type: str | None, body: Mapping[str, Any]) -> ChildChange:
@@ -273,7 +275,8 @@ def child_change(kind: str, event_type: str | None, body: Mapping[str, Any]) -> 
     labels = meta.get("labels") or {}
     if event_type == "DELETED" or not cache.labels_match(labels, selector, kopf.PRESENT):
         return ChildChange(kind, uid, None)
-    return ChildChange(kind, uid, (meta.get("namespace") or "", labels[render.LABEL_OWNER]), snapshot(body))
+    key = (meta.get("namespace") or "", labels[render.LABEL_OWNER])
+    return ChildChange(kind, uid, key, cache.pack(snapshot(body)))
 
 
 def apply_child_change(change: ChildChange) -> None:
@@ -283,7 +286,7 @@ def apply_child_change(change: ChildChange) -> None:
         if (key := store.delete(change.uid)) is not None:
             _mark(*key)  # a child deleted by hand is re-applied at once (the status says it is missing meanwhile)
         return
-    store.put(change.uid, change.key, change.snapshot or {})
+    store.put_packed(change.uid, change.key, change.packed)
     _mark(*change.key)  # e.g. ReplicaFailure (pods refused by admission) shows only on the Deployment
 
 

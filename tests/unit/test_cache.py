@@ -180,6 +180,18 @@ def test_child_events_feed_the_cache(ctx, events, key, marked):
     assert ctx.queue.dirty == marked
 
 
+def test_a_child_change_reaches_the_loop_packed_and_reads_back_as_its_snapshot(ctx):
+    """The reflector's thread packs the snapshot: the loop's queue holds bytes, and the cache reads back exactly
+    what the snapshot function made of the body."""
+    body = pod("u", "a")
+    body["status"] = {"podIP": "10.0.0.7", "phase": "Running"}
+    change = handlers.child_change("Pod", "ADDED", body)
+    assert isinstance(change.packed, bytes) and change.key == A
+    handlers.apply_child_change(change)
+    assert ctx.pods[A] == [handlers.CHILD_KINDS["Pod"][2](body)]
+    assert handlers.child_change("Pod", "DELETED", body).packed == b""
+
+
 # steps: ("expect", [names]) | ("listed", name); then whether the gate is open, and what the last step returned
 LIST_GATE = {
     "nothing expected: open": ([], True, None),
