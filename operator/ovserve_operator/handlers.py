@@ -136,7 +136,7 @@ def _mark(namespace: str, name: str) -> None:
 def _pod_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
-    return {  # no copy needed: Cache.put keeps it pickled
+    return {  # no copy needed: the cache keeps it pickled (cache.pack)
         "metadata": {
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
@@ -171,7 +171,7 @@ CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY, render.LABEL_OWNER: 
 def _child_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     """What drift is judged on: the live spec and labels (and the Deployment's conditions)."""
     meta = body.get("metadata") or {}
-    return {  # no copy needed: Cache.put keeps it pickled
+    return {  # no copy needed: the cache keeps it pickled (cache.pack)
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
         "metadata": {
@@ -189,7 +189,7 @@ def _child_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def _llmserving_snapshot(body: kopf.Body, namespace: str, name: str) -> dict[str, Any]:
     meta = body.get("metadata") or {}
-    return {  # no copy needed: Cache.put keeps it pickled
+    return {  # no copy needed: the cache keeps it pickled (cache.pack)
         "apiVersion": body.get("apiVersion", api.API_VERSION),
         "kind": body.get("kind", api.KIND),
         "metadata": {
@@ -260,8 +260,8 @@ class ChildChange:
     kind: str
     uid: str
     key: statusqueue.Key | None  # its owner; None: it leaves the cache
-    # the snapshot, already `cache.pack`ed: what waits in the loop's queue during a burst of events is one
-    # bytes object per event, not the dicts and strings that stayed behind in pymalloc's arenas as residue
+    # the snapshot, already `cache.pack`ed in the reflector's thread: a burst of events waits in the loop's
+    # queue as one bytes object each, not as dicts and strings, and the loop does not pickle
     packed: bytes = b""
 
 
