@@ -4,9 +4,8 @@ partial cache.
 Why not kopf indexes: kopf 1.45 holds every handler of every resource until every indexed object has been
 indexed, and that barrier (an `asyncio.Condition` whose predicate walks a toggle per object, woken once per
 object) costs about the square of the objects listed: a new leader with 5,000 LLMServings (~21,000 objects
-with pods and children) refreshed nothing within 600 s (docs/operator.md, Scale). The LLMServings come from
-kopf's events (`@kopf.on.event`, no index, hence no barrier), the children from the operator's own list and
-watch (reflector.py), into plain dicts:
+with pods and children) refreshed nothing within 600 s (docs/operator.md, Scale). The LLMServings and the
+children come from the operator's own list and watch (reflector.py), into plain dicts:
 
 - `Cache`: snapshots by key (an LLMServing's `(namespace, name)`, or the owner a child names), by uid; an
   event puts or deletes (a DELETED event, or an object that stopped matching the selector). Each snapshot is

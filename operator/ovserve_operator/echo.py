@@ -48,6 +48,11 @@ def status_digest(status: Mapping[str, Any] | None) -> bytes:
     return _digest(stored_form(dict(status or {})))
 
 
+def digests(body: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    """(inputs, status) digests of one event's object (pure: any thread)."""
+    return inputs_digest(body), status_digest(body.get("status"))
+
+
 class OwnWrites:
     """Per object: the digest of the last event's inputs and of the status this operator last wrote."""
 
@@ -69,10 +74,13 @@ class OwnWrites:
 
     def is_echo(self, key: Key, body: Mapping[str, Any]) -> bool:
         """Whether this watch event of `key` is only the echo of our own status patch (records its inputs)."""
-        inputs = inputs_digest(body)
+        return self.is_echo_of(key, *digests(body))
+
+    def is_echo_of(self, key: Key, inputs: bytes, status: bytes) -> bool:
+        """`is_echo` from the event's `digests`, taken where the raw body was decoded (the reflector's thread)."""
         before, self._seen[key] = self._seen.get(key), inputs
         wrote = self._wrote.get(key)
-        return before == inputs and wrote is not None and status_digest(body.get("status")) == wrote
+        return before == inputs and wrote is not None and status == wrote
 
     def __len__(self) -> int:
         return len(self._seen)

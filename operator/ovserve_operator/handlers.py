@@ -1,19 +1,23 @@
-"""Thin kopf glue. All decisions live in render / readback / rules + status / statusqueue (unit-tested).
+"""The controller's glue: caches fed by reflectors, and one sync pass per LLMServing. All decisions live in
+render / readback / rules + status / statusqueue (unit-tested).
 
-- create / update / resume: render the Deployment + Service and server-side apply them.
-- caches of the LLMServings (fed by kopf's events) and of their runtime pods, Deployments and Services (fed by
-  the operator's own list and watch, reflector.py: kopf's per-object machinery cost most of the operator's
-  memory at thousands of objects); every event marks the owning LLMServing dirty, except the echo of the
-  operator's own status patch (echo.py). No LLMServing is refreshed before each child kind was listed once.
-- one status controller task (statusqueue.StatusController, started at startup): for every LLMServing
-  that is dirty or due, `refresh` reads the runtime reports (and, for pods stuck creating, their mount
-  Events), recomputes the whole status, patches it only when it changed (no heartbeat), posts the
-  Events of the condition transitions, and re-applies the children if they drifted or vanished. No
-  per-object daemon, hence no finalizer: deleting an LLMServing never waits for the operator, and the
-  children go by garbage collection (ownerReferences).
-- an apply the apiserver refuses (4xx) is remembered with its generation: status shows it (ApplyFailed).
+- caches of the LLMServings and of their runtime pods, Deployments and Services, fed by the operator's own
+  list and watch (reflector.py; kopf's per-object machinery cost most of the operator's memory at thousands of
+  objects); every event marks the owning LLMServing dirty, except the echo of the operator's own status patch
+  (echo.py). No LLMServing is refreshed before each child kind was listed once.
+- one status controller task (statusqueue.StatusController, started at startup) runs the sync pass,
+  `refresh`, for every LLMServing that is dirty or due: it applies the children of a generation not applied
+  yet (render the Deployment + Service, server-side apply; a new leader first checks whether the live ones are
+  already as rendered), reads the runtime reports (and, for pods stuck creating, their mount Events),
+  recomputes the whole status, patches it only when it changed (no heartbeat), posts the Events of the
+  condition transitions, and re-applies the children if they drifted or vanished. No per-object daemon, hence
+  no finalizer: deleting an LLMServing never waits for the operator, and the children go by garbage
+  collection (ownerReferences).
+- an apply the apiserver refuses (4xx) is remembered with its generation: status shows it (ApplyFailed), and
+  it is retried every REFUSED_RETRY_S; any other failure after APPLY_RETRY_S.
 
-The process starts kopf only while it holds the leader Lease (cli.py), so nothing here checks it.
+kopf runs the process's lifecycle only (startup and cleanup, cli.py), and only while the process holds the
+leader Lease, so nothing here checks it.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ RUNTIME_POD_LABELS = {
 REAPPLY_AFTER_S = 30.0  # a child edited by hand is reverted at once, then at most this often
 MISSING_REAPPLY_AFTER_S = 5.0  # children missing or drifted are re-applied at most this often after an apply
 REFUSED_RETRY_S = 60.0  # a refused apply is retried this often (a webhook or a quota may change)
+APPLY_RETRY_S = 5.0  # an apply that failed otherwise (the apiserver unreachable, a timeout) is retried after
 EVENTS_EVERY_S = 10.0  # a creating pod's Events are read at most this often
 CONCURRENCY = 16
 
@@ -77,7 +82,6 @@ class _Context:
         self.kube: Kube | None = None
         self.health = HealthState()
         self.task: asyncio.Task | None = None
-        self.sweeper: asyncio.Task | None = None
         self.events_forbidden = False  # RBAC without `list events`: stop asking, say it once
         self.reset(Settings())
 
@@ -101,7 +105,6 @@ class _Context:
         self.deployments = cache.Cache()
         self.services = cache.Cache()
         self.gate = cache.ListGate()
-        self.ready_events: dict[statusqueue.Key, asyncio.Event] = {}  # resume handlers waiting for the gate
         self.reflectors: list[reflector.Reflector] = []
         self.list_stamps: dict[str, int] = {}  # reflector name -> its cache's stamp when its LIST began
 
@@ -160,10 +163,8 @@ def _pod_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------- caches
-# What a status is computed from, in the operator's own caches (cache.py): LLMServings fed by kopf's events,
-# children by the reflectors (reflector.py). kopf's indexes would hold every handler until every object of every
-# kind is indexed, at a cost growing with the square of the objects. The caches are only touched on the event
-# loop, so their handlers may mark objects dirty directly.
+# What a status is computed from, in the operator's own caches (cache.py), fed by the reflectors (reflector.py).
+# The caches are only touched on the event loop, so the changes applied there may mark objects dirty directly.
 
 CHILD_LABELS = {render.LABEL_MANAGED_BY: render.MANAGED_BY, render.LABEL_OWNER: kopf.PRESENT}
 
@@ -187,7 +188,7 @@ def _child_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _llmserving_snapshot(body: kopf.Body, namespace: str, name: str) -> dict[str, Any]:
+def _llmserving_snapshot(body: Mapping[str, Any], namespace: str, name: str) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     return {  # no copy needed: the cache keeps it pickled (cache.pack)
         "apiVersion": body.get("apiVersion", api.API_VERSION),
@@ -204,36 +205,43 @@ def _llmserving_snapshot(body: kopf.Body, namespace: str, name: str) -> dict[str
     }
 
 
-@kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
-async def llmservings(event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str, **_: Any) -> None:
-    uid = (body.get("metadata") or {}).get("uid") or ""
-    if event.get("type") == "DELETED":
-        CTX.llmservings.delete(uid)  # the controller sees it gone and forgets it
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServingChange:
+    """What one listed object or watch event of an LLMServing does to its cache."""
+
+    uid: str
+    key: statusqueue.Key
+    deleted: bool = False
+    packed: bytes = b""  # the snapshot, `cache.pack`ed in the reflector's thread (as a child's)
+    digests: tuple[bytes, bytes] = (b"", b"")  # echo.digests of the event: is it the echo of our own patch?
+
+
+def serving_change(event_type: str | None, body: Mapping[str, Any]) -> ServingChange:
+    """Pure, in any thread (the reflector's): a listed LLMServing (`event_type` None) or a watch event."""
+    meta = body.get("metadata") or {}
+    uid, key = meta.get("uid") or "", (meta.get("namespace") or "", meta.get("name") or "")
+    if event_type == "DELETED":
+        return ServingChange(uid, key, deleted=True)
+    return ServingChange(uid, key, False, cache.pack(_llmserving_snapshot(body, *key)), echo.digests(body))
+
+
+def apply_serving_change(change: ServingChange) -> None:
+    """On the loop: put or drop the LLMServing; mark it, unless the event is the echo of our own status patch."""
+    if change.deleted:
+        CTX.llmservings.delete(change.uid)  # the controller sees it gone and forgets it
         return
-    if CTX.own_writes.is_echo((namespace, name), body):
+    CTX.queue.activate(change.key)
+    if CTX.own_writes.is_echo_of(change.key, *change.digests):
         CTX.health.inc("ovserve_operator_status_echoes_total")  # our own patch: nothing to refresh
     else:
-        _mark(namespace, name)
-    CTX.llmservings.put(uid, (namespace, name), _llmserving_snapshot(body, namespace, name))
+        _mark(*change.key)
+    CTX.llmservings.put_packed(change.uid, change.key, change.packed)
 
 
 def _gate_opened() -> None:
-    """Every child kind was listed once: refresh every LLMServing, wake the resume handlers that wait."""
+    """Every child kind was listed once: refresh every LLMServing."""
     for key in CTX.llmservings:
         _mark(*key)
-    for ready in CTX.ready_events.values():
-        ready.set()
-    CTX.ready_events.clear()
-
-
-async def _in_sync(key: statusqueue.Key, timeout: float) -> bool:
-    """Wait (at most `timeout`) until the caches hold every child `key` had at start (each kind listed once)."""
-    if CTX.gate.ready(key):
-        return True
-    ready = CTX.ready_events.setdefault(key, asyncio.Event())
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(ready.wait(), timeout)
-    return CTX.gate.ready(key)
 
 
 # (kind, selector, what is kept of one object): the children kinds a status is computed from
@@ -245,12 +253,7 @@ CHILD_KINDS: dict[str, tuple[str, dict[str, Any], Any]] = {
 
 
 def _child_cache(kind: str) -> cache.Cache:
-    return {"Pod": CTX.pods, "Deployment": CTX.deployments, "Service": CTX.services}[kind]
-
-
-def _list_llmservings(kube: Kube, namespaces: tuple[str, ...]) -> list[tuple[str, str, str]]:
-    """(uid, namespace, name) of every LLMServing, as a LIST sees them now."""
-    return kube.list_owned(api.API_VERSION, api.KIND, namespaces, "", None)
+    return {"Pod": CTX.pods, "Deployment": CTX.deployments, "Service": CTX.services, api.KIND: CTX.llmservings}[kind]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -294,17 +297,20 @@ def on_child_event(kind: str, event_type: str | None, body: Mapping[str, Any]) -
     apply_child_change(child_change(kind, event_type, body))
 
 
-class _QuietChildEvents(logging.Filter):
-    """kopf logs every event handler's success at INFO: one line per watch event of every object is noise."""
-
-    QUIET = ("'llmservings' succeeded",)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(q in message for q in self.QUIET)
+Change = ChildChange | ServingChange
 
 
-logging.getLogger("kopf.objects").addFilter(_QuietChildEvents())
+def to_change(kind: str, event_type: str | None, body: Mapping[str, Any]) -> Change:
+    """In the reflector's thread: one listed object or watch event of `kind`, reduced to its change."""
+    return serving_change(event_type, body) if kind == api.KIND else child_change(kind, event_type, body)
+
+
+def apply_change(change: Change) -> None:
+    """On the loop."""
+    if isinstance(change, ServingChange):
+        apply_serving_change(change)
+    else:
+        apply_child_change(change)
 
 
 # ------------------------------------------------------------------------------------- reflectors
@@ -333,18 +339,19 @@ def _listed(r: reflector.Reflector, changes: list[ChildChange], first: bool) -> 
     if first:  # what this LIST does not return, put before it began, was deleted unseen: `_synced` drops it
         CTX.list_stamps[r.name] = _child_cache(r.kind).stamp()
     for change in changes:
-        apply_child_change(change)
+        apply_change(change)
 
 
 def _synced(r: reflector.Reflector, uids: set[str]) -> None:
     store = _child_cache(r.kind)
     keys = store.prune(uids, CTX.list_stamps.pop(r.name, 0), r.namespace or None)
-    CTX.health.inc("ovserve_operator_child_lists_total")
+    CTX.health.inc("ovserve_operator_lists_total")  # every kind's: one per kind and namespace, more after a 410
     if keys:
         log.info("%s: %d cached objects were deleted while no watch ran: dropped", r.name, len(keys))
         CTX.health.inc("ovserve_operator_cache_pruned_total", len(keys))
         for key in keys:
-            _mark(*key)  # its child is missing: the refresh says so and re-applies it
+            if r.kind != api.KIND:  # its child is missing: the refresh says so and re-applies it (an LLMServing
+                _mark(*key)  # gone is forgotten by the controller)
     if CTX.gate.listed(r.name):
         log.info("caches in sync: every child kind listed")
         _gate_opened()
@@ -359,62 +366,30 @@ class _LoopSink:
         self.loop = loop
 
     def listed(self, r: reflector.Reflector, items: list[dict[str, Any]], first: bool) -> None:
-        changes = [child_change(r.kind, None, item) for item in items]
+        changes = [to_change(r.kind, None, item) for item in items]
         _on_loop(self.loop, r.stop, _listed, r, changes, first)
 
     def synced(self, r: reflector.Reflector, uids: set[str]) -> None:
         _on_loop(self.loop, r.stop, _synced, r, uids)
 
     def event(self, r: reflector.Reflector, event_type: str, obj: dict[str, Any]) -> None:
-        self.loop.call_soon_threadsafe(_guarded, apply_child_change, (child_change(r.kind, event_type, obj),))
+        self.loop.call_soon_threadsafe(_guarded, apply_change, (to_change(r.kind, event_type, obj),))
 
 
 def _start_reflectors(kube: Kube, namespaces: tuple[str, ...]) -> list[reflector.Reflector]:
-    """One reflector per child kind and watched namespace (one for all namespaces when cluster-wide)."""
+    """One reflector per kind (the LLMServings and each child kind) and watched namespace (one for all
+    namespaces when cluster-wide). The gate waits for the children's first LISTs."""
     sink = _LoopSink(asyncio.get_running_loop())
+    kinds = {api.KIND: (api.API_VERSION, {}), **{k: (v, sel) for k, (v, sel, _) in CHILD_KINDS.items()}}
     out = []
-    for kind, (_, selector, _) in CHILD_KINDS.items():
+    for kind, (api_version, selector) in kinds.items():
         for ns in namespaces or ("",):
-            r = reflector.Reflector(
-                kind,
-                ns,
-                cache.label_selector(selector, kopf.PRESENT),
-                reflector.list_function(kube, kind, ns),
-                sink,
-            )
-            out.append(r)
-    CTX.gate.expect(r.name for r in out)
+            list_fn = reflector.list_function(kube, api_version, kind, ns)
+            out.append(reflector.Reflector(kind, ns, cache.label_selector(selector, kopf.PRESENT), list_fn, sink))
+    CTX.gate.expect(r.name for r in out if r.kind != api.KIND)
     for r in out:
         r.start()
     return out
-
-
-CACHE_RESYNC_S = 300.0  # how often the LLMServing cache is checked against a LIST of what exists
-
-
-async def _prune_caches(kube: Kube, namespaces: tuple[str, ...]) -> int:
-    """One LIST of the LLMServings: what the cache holds and the LIST no longer returns was deleted without a
-    watch event (kopf restarted its watch from a fresh LIST after a 410 Gone: no DELETED for the gap); the
-    controller forgets it. (The children's reflectors list again themselves after a 410.) Returns how many
-    were dropped."""
-    stamp = CTX.llmservings.stamp()  # on the loop, before the LIST: events that come meanwhile are newer
-    try:
-        found = await _call(CTX.io_pool, _list_llmservings, kube, namespaces)
-    except Exception as e:  # the next period tries again
-        log.warning("listing LLMServings to check the cache failed: %s", error_text(e))
-        return 0
-    keys = CTX.llmservings.prune({uid for uid, _, _ in found}, stamp)
-    if keys:
-        log.info("%d cached LLMServings were deleted without a watch event: dropped", len(keys))
-        CTX.health.inc("ovserve_operator_cache_pruned_total", len(keys))
-    return len(keys)
-
-
-async def _keep_in_sync(kube: Kube, namespaces: tuple[str, ...]) -> None:
-    """The LLMServing cache checked against a LIST every CACHE_RESYNC_S."""
-    while True:
-        await asyncio.sleep(CACHE_RESYNC_S)
-        await _prune_caches(kube, namespaces)
 
 
 # ------------------------------------------------------------------------------------- lifecycle
@@ -452,7 +427,6 @@ async def _startup(**_: Any) -> None:
         concurrency=CONCURRENCY,
     )
     CTX.task = asyncio.create_task(controller.run(), name="ovserve status controller")
-    CTX.sweeper = asyncio.create_task(_keep_in_sync(kube, namespaces), name="ovserve cache sweep")
     CTX.health.kopf_running = True
     CTX.health.beat()
 
@@ -463,12 +437,11 @@ async def _cleanup(**_: Any) -> None:
     for r in CTX.reflectors:
         r.close()
     CTX.reflectors = []
-    for task in (CTX.task, CTX.sweeper):
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-    CTX.task = CTX.sweeper = None
+    if (task := CTX.task) is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    CTX.task = None
 
 
 def _forget(key: statusqueue.Key) -> None:
@@ -567,51 +540,57 @@ async def apply_children(
     return applied
 
 
-@kopf.on.resume(api.GROUP, api.VERSION, api.PLURAL)
-@kopf.on.create(api.GROUP, api.VERSION, api.PLURAL)
-@kopf.on.update(api.GROUP, api.VERSION, api.PLURAL)
-async def reconcile(
-    name: str,
-    namespace: str,
-    uid: str,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    logger: logging.Logger,
-    reason: kopf.Reason | None = None,
-    **_: Any,
-) -> None:
-    # async: runs in the loop, so CTX is only ever touched from the loop; API calls go to a thread
-    key = (namespace, name)
-    CTX.queue.activate(key)
-    try:
-        typed = api.parse_spec(dict(spec))
-    except ValidationError as e:
-        # The status controller records InvalidSpec; retrying cannot help.
-        _mark(namespace, name)
-        raise kopf.PermanentError(f"invalid spec: {e}") from e
-    generation = meta.get("generation")
-    if reason == kopf.Reason.RESUME and await _in_sync(key, RESUME_WAIT_S) and _children_current(key, uid, typed):
-        # a new leader (failover, upgrade): nothing to write; what drifts later the status refresh re-applies
-        memory = CTX.memories.of(key, uid)
-        memory.applied_generation, memory.applied_at, memory.apply_error = generation, time.monotonic(), None
+def _start_generation_apply(
+    key: statusqueue.Key, uid: str, generation: int | None, spec: api.LLMServingSpec, memory: statusqueue.Memory
+) -> asyncio.Task | None:
+    """The sync pass's apply (what kopf's create, update and resume handlers did): the children of a generation
+    this leader has not applied yet are applied once, in a task that runs while the pass computes the status. A
+    new leader (nothing attempted yet) first checks whether the live children are already as rendered: then
+    nothing is written. A failed apply is retried after REFUSED_RETRY_S (refused) or APPLY_RETRY_S (anything
+    else); a newer generation at once. Returns the task, or None when nothing is applied."""
+    now = time.monotonic()
+    if generation is None:  # never from the apiserver (it stores one for every object): nothing to track by
+        return None
+    if not statusqueue.generation_apply_due(memory, generation, now, REFUSED_RETRY_S, APPLY_RETRY_S):
+        return None
+    if memory.attempted_generation is None and _children_current(key, uid, spec):
+        memory.attempted_generation = memory.applied_generation = generation
+        memory.applied_at, memory.apply_error = now, None
         CTX.health.inc("ovserve_operator_resumes_unchanged_total")
-        _mark(namespace, name)
-        return
+        return None
+    memory.attempted_generation = generation
+    return asyncio.create_task(_apply_generation(key, uid, generation, spec), name=f"apply {key[0]}/{key[1]}")
+
+
+async def _apply_generation(key: statusqueue.Key, uid: str, generation: int, spec: api.LLMServingSpec) -> None:
+    namespace, name = key
     try:
-        applied = await apply_children(name, namespace, uid, generation, typed)
-    except ApplyRefused as e:
+        applied = await apply_children(name, namespace, uid, generation, spec)
+    except ApplyRefused as e:  # the status says so (ApplyFailed, PolicyDenied, NameConflict) now; retried slowly
         CTX.health.inc("ovserve_operator_apply_errors_total")
-        _mark(namespace, name)  # the status says so at once; a webhook or quota may change: retry slowly
-        raise kopf.TemporaryError(f"{e.reason}: {e}", delay=REFUSED_RETRY_S) from e
+        log.warning("%s/%s: %s: %s (again in %.0f s)", namespace, name, e.reason, e, REFUSED_RETRY_S)
+        _mark(namespace, name)
+        _mark_later(key, REFUSED_RETRY_S)
+        return
     except Exception as e:
         CTX.health.inc("ovserve_operator_apply_errors_total")
-        raise kopf.TemporaryError(f"applying children failed: {error_text(e)}", delay=5) from e
+        log.warning(
+            "%s/%s: applying children failed: %s (again in %.0f s)", namespace, name, error_text(e), APPLY_RETRY_S
+        )
+        _mark_later(key, APPLY_RETRY_S)
+        return
     CTX.health.inc("ovserve_operator_applies_total")
-    logger.info("applied %s", ", ".join(applied))
-    _mark(namespace, name)
+    log.info("%s/%s: applied %s", namespace, name, ", ".join(applied))
 
 
-RESUME_WAIT_S = 60.0  # a resume waits this long for the children's first LISTs
+def _mark_later(key: statusqueue.Key, delay: float) -> None:
+    """Mark `key` after `delay` seconds, if it still exists then (the resync may come much later at scale)."""
+
+    def fire() -> None:
+        if key in CTX.llmservings:
+            _mark(*key)
+
+    asyncio.get_running_loop().call_later(delay, fire)
 
 
 def _children_current(key: statusqueue.Key, uid: str, spec: api.LLMServingSpec) -> bool:
@@ -705,23 +684,55 @@ async def refresh(
     services_index: Any = None,
     logger: logging.Logger | logging.LoggerAdapter = log,
 ) -> bool:
-    """One status cycle for one LLMServing (a cached snapshot). Returns True when status was patched."""
+    """The sync pass of one LLMServing (a cached snapshot): the children of a generation not applied yet are
+    applied while the status is recomputed from what runs now, so neither waits for the other (an edit's apply
+    does not wait for the pods' readback, nor the status for the apply: an HPA's scale-down shows at once); the
+    pass ends when both are done, so at most CONCURRENCY applies run at once. Returns True when status was
+    patched."""
+    meta = obj["metadata"]
+    key, uid = (meta["namespace"], meta["name"]), meta.get("uid") or ""
+    memory = CTX.memories.of(key, uid)
+    try:
+        typed: api.LLMServingSpec | ValidationError = api.parse_spec(dict(obj.get("spec") or {}))
+    except ValidationError as e:
+        typed = e
+    applying = None
+    if not isinstance(typed, ValidationError):
+        applying = _start_generation_apply(key, uid, meta.get("generation"), typed, memory)
+    try:
+        return await _status_pass(
+            obj, typed, memory, applying is not None, pods_index, deployments_index, services_index, logger
+        )
+    finally:
+        if applying is not None:
+            await applying
+
+
+async def _status_pass(
+    obj: dict[str, Any],
+    typed: api.LLMServingSpec | ValidationError,
+    memory: statusqueue.Memory,
+    applied_now: bool,
+    pods_index: Any,
+    deployments_index: Any,
+    services_index: Any,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> bool:
+    """Recompute the status, write it when it changed, heal drifted children (not while `applied_now`: the
+    generation's apply is writing them)."""
     meta = obj["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid") or ""
     key = (namespace, name)
-    memory = CTX.memories.of(key, uid)
     generation = meta.get("generation")
     current = statusqueue.stored_status(obj, memory)
     previous = memory.last_status or current
     now = dt.datetime.now(dt.UTC)
-    try:
-        typed = api.parse_spec(dict(obj.get("spec") or {}))
-    except ValidationError as e:
+    if isinstance(typed, ValidationError):
         result = status.invalid_spec_status(
             name=name,
             namespace=namespace,
             generation=generation,
-            message=f"invalid spec: {e}",
+            message=f"invalid spec: {typed}",
             previous=previous,
             now=now,
         )
@@ -802,23 +813,15 @@ async def refresh(
         tick = time.monotonic()
         missing_now = any(live[k] is None for k in drifted)
         # a live child that differs from what this very generation rendered and applied: edited by hand (a newer
-        # spec is kopf's reconcile to apply, not a revert)
+        # spec is _apply_generation's to apply, not a revert)
         edited = any(live[k] is not None for k in drifted) and memory.applied_generation == generation
         slot_freed = bool(held_hash) and CTX.budget.free()
         # a refusal of this very spec (NameConflict: a foreign object of the child's name, a webhook, a quota)
-        # is retried slowly; a changed spec at once (reapply_due)
+        # is retried slowly; a changed spec at once (_apply_generation)
         refused = memory.apply_error is not None and memory.apply_error.generation == generation
         after = REFUSED_RETRY_S if refused else MISSING_REAPPLY_AFTER_S
-        # the spec changed since the apiserver refused an apply (the user fixed it): at once, whatever the gates
-        fixed = (
-            bool(drifted)
-            and not memory.applying  # an apply queued or running writes the children anyway
-            and memory.apply_error is not None
-            and memory.apply_error.generation != generation
-        )
-        if (
-            fixed
-            or (missing_now and statusqueue.reapply_due(memory, True, tick, after, generation))
+        if not applied_now and (  # `live` was read before the generation's apply: not drift
+            (missing_now and statusqueue.reapply_due(memory, True, tick, after, generation))
             or (edited and statusqueue.revert_due(memory, tick, REAPPLY_AFTER_S))
             or (slot_freed and statusqueue.reapply_due(memory, True, tick, REAPPLY_AFTER_S, generation))
         ):

@@ -1,4 +1,4 @@
-"""The few Kubernetes API calls the operator makes itself (kopf does the watching).
+"""The Kubernetes API calls the operator makes (the reflectors' LISTs and watches use its dynamic client too).
 
 Plain dicts in and out, through kubernetes' DynamicClient: server-side apply of children, merge
 patches of the status subresource, Lease get/create/replace.
@@ -142,34 +142,6 @@ class Kube:
         except (self.errors.NotFoundError, self.errors.ServiceUnavailableError):
             return False  # the group is not installed, or its API server is down
         return any(r.get("name") == plural for r in (doc or {}).get("resources") or [])
-
-    def list_owned(
-        self, api_version: str, kind: str, namespaces: tuple[str, ...], label_selector: str, owner_label: str | None
-    ) -> list[tuple[str, str, str]]:
-        """(uid, namespace, value of `owner_label`, or the name without one) of every `kind` matching
-        `label_selector`, in `namespaces` (none: cluster-wide); listed in pages of 500, only these three fields
-        kept."""
-        res = self.resource(api_version, kind)
-        out: list[tuple[str, str, str]] = []
-        for namespace in namespaces or (None,):
-            token = None
-            while True:
-                page = self.dyn.get(
-                    res,
-                    namespace=namespace,
-                    label_selector=label_selector,
-                    limit=500,
-                    _continue=token,
-                    _request_timeout=60,
-                ).to_dict()
-                for item in page.get("items") or []:
-                    meta = item.get("metadata") or {}
-                    owner = (meta.get("labels") or {})[owner_label] if owner_label else meta["name"]
-                    out.append((meta["uid"], meta["namespace"], owner))
-                token = (page.get("metadata") or {}).get("continue")
-                if not token:
-                    break
-        return out
 
     # -------------------------------------------------------------------------------- status
     def patch_status(self, namespace: str, name: str, status_patch: dict[str, Any]) -> None:

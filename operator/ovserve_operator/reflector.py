@@ -1,9 +1,11 @@
-"""The operator's own list and watch of its children (pods, Deployments, Services): a reflector, as client-go
-calls it, feeding the caches (cache.py).
+"""The operator's own list and watch of the LLMServings and of their children (pods, Deployments, Services): a
+reflector, as client-go calls it, feeding the caches (cache.py).
 
 Why not kopf for these: kopf keeps a memory record for every object it watches, and runs a worker task per
-object for each burst of events, idling 5 s after it. When it lists a kind, every object gets one at once: a new
-leader at 5,000 LLMServings (~16,000 children) peaked at 831 MiB, and kept most of it (docs/operator.md, Scale).
+object for each burst of events, idling 5 s after it; the events waiting for a worker wait as raw bodies. When it
+lists a kind, every object gets one at once: a new leader at 5,000 LLMServings (~16,000 children) peaked at 831
+MiB, and kept most of it; a bulk create of 1,000 LLMServings kept ~1,900 raw events queued for 100 s
+(docs/operator.md, Scale).
 Here a LIST is read in pages of `PAGE` objects, each page reduced to the snapshots that a status is computed
 from and handed to the loop before the next page is read; nothing per object is kept but that snapshot.
 
@@ -220,12 +222,11 @@ def _shutdown(response: Any) -> None:
             pass
 
 
-def list_function(kube: Any, kind: str, namespace: str) -> Callable[..., Any]:
-    """GET on the collection of `kind` (Pod, Service, Deployment) in `namespace` ("" = every namespace), through
-    the operator's dynamic client (kube.Kube): the response comes back unread, as the raw HTTP response. (Not the
-    typed CoreV1Api: building it costs 21 MiB of validators.)"""
+def list_function(kube: Any, api_version: str, kind: str, namespace: str) -> Callable[..., Any]:
+    """GET on the collection of `kind` in `namespace` ("" = every namespace), through the operator's dynamic
+    client (kube.Kube): the response comes back unread, as the raw HTTP response. (Not the typed CoreV1Api:
+    building it costs 21 MiB of validators.)"""
     from functools import partial
 
-    api_version = "apps/v1" if kind == "Deployment" else "v1"
     path = kube.resource(api_version, kind).path(namespace=namespace or None)
     return partial(kube.dyn.request, "GET", path, serialize=False)

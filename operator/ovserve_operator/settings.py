@@ -6,7 +6,6 @@ The configuration table of docs/operator.md is generated from `Settings`
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import socket
@@ -363,44 +362,13 @@ DOCS = docblock.Block(
 )
 
 
-KOPF_WORKERS = 100  # kopf's per-object workers at once, per watched namespace
-
-
 def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
-    """Production kopf settings: annotation storages with our prefix, no peering, explicit events only."""
-    import kopf
-
-    kopf_settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=STORAGE_PREFIX)
-    kopf_settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=STORAGE_PREFIX, key="last-handled-configuration"
-    )
-    kopf_settings.persistence.finalizer = FINALIZER
-    # Only events we post explicitly (kopf.event); Normal included so that Ready/CB events appear.
-    kopf_settings.posting.enabled = True
-    kopf_settings.posting.loggers = False
-    kopf_settings.posting.level = logging.INFO
-    kopf_settings.posting.reporting_component = FIELD_MANAGER
-    kopf_settings.posting.reporting_instance = settings.identity[:128]
-    kopf_settings.posting.event_name_prefix = "ovserve-"
-    # Leader election is a Lease (leader.py); kopf's peering is not used.
+    """kopf runs the lifecycle only (startup and cleanup handlers, handlers.py); it watches no resource, so it
+    needs no storages nor queues: no peering (the Lease is leader.py's), no CRD or namespace scanning (least-
+    privilege RBAC forbids listing them, and kopf would retry the 403s for about a minute at every start)."""
     kopf_settings.peering.standalone = True
-    # No CRD/namespace scanning: the resource and the namespaces are known, and least-privilege RBAC forbids
-    # listing them (kopf would retry the 403s for about a minute at every start and failover).
-    kopf_settings.scanning.disabled = True
     kopf_settings.peering.clusterwide = settings.clusterwide
-    kopf_settings.watching.server_timeout = 300
-    kopf_settings.watching.client_timeout = 330
-    kopf_settings.watching.connect_timeout = 30
-    kopf_settings.networking.request_timeout = 60
-    kopf_settings.networking.connect_timeout = 10
-    kopf_settings.execution.max_workers = 16
-    # kopf runs a worker task per object with events; a bulk create or a new leader's listing of thousands of
-    # LLMServings ran one per object at once, and the allocator keeps that peak for good (docs/operator.md,
-    # Scale). Bounded, the others wait as queued events; a worker frees its slot 0.5 s after its last event
-    # (kopf's default is 5 s, which would cap the throughput at KOPF_WORKERS / 5 objects a second).
-    kopf_settings.queueing.worker_limit = KOPF_WORKERS
-    kopf_settings.queueing.idle_timeout = 0.5
-    # kopf watches only the LLMServings: the operator's own reflectors list and watch the children (reflector.py).
+    kopf_settings.scanning.disabled = True
 
 
 if __name__ == "__main__":

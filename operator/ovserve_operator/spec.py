@@ -920,7 +920,7 @@ class LLMServing(BaseModel):
 
 
 def parse_spec(spec: dict[str, Any]) -> LLMServingSpec:
-    """Validate a spec dict (as kopf hands it) into the typed model; raises pydantic.ValidationError."""
+    """Validate a spec dict (as the cached snapshot holds it) into the typed model; raises pydantic.ValidationError."""
     return LLMServingSpec.model_validate(dict(spec))
 
 

@@ -1,6 +1,6 @@
 """The status work queue: which LLMServing to refresh when, and what is remembered between cycles.
 
-Moved out of the kopf glue so that it can be tested alone: the clock and the caches are injected.
+Kept out of the glue (handlers.py) so that it can be tested alone: the clock and the caches are injected.
 
 - `WorkQueue`: dirty marks (a watch event) and due times (every `interval`); forgets deleted objects. The
   periodic resync has a budget (`resync_per_s`, a token bucket): at thousands of objects the period grows to
@@ -51,7 +51,7 @@ class WorkQueue:
         self.rate = resync_per_s  # resync refreshes a second at most; 0: no budget
         self.tokens = max(1.0, resync_per_s)  # a second's worth may go at once
         self.filled_at = clock()
-        self.active: set[Key] = set()  # seen by create/update/resume
+        self.active: set[Key] = set()  # seen by the LLMServings' reflector
         self.dirty: set[Key] = set()
         self.due: dict[Key, float] = {}
         self.wake = asyncio.Event()
@@ -123,11 +123,12 @@ class Memory:
     applied_at: float | None = None  # monotonic
     reverted_at: float | None = None  # monotonic: the last re-apply for a hand edit of a live child
     applied_generation: int | None = None  # the generation whose children were last applied
+    attempted_generation: int | None = None  # the generation of the last apply tried (None: none by this leader)
     apply_error: ApplyError | None = None
     mount_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> message
     events_read_at: dict[str, float] = dataclasses.field(default_factory=dict)  # pod uid -> monotonic
     children_seen: set[str] = dataclasses.field(default_factory=set)  # kinds of children seen live
-    applying: int = 0  # applies of its children queued or running (a create's, kopf's retry, a re-apply)
+    applying: int = 0  # applies of its children queued or running (a generation's, a re-apply)
 
 
 class Memories:
@@ -158,12 +159,26 @@ class Memories:
         self._by_key.pop(key, None)
 
 
+def generation_apply_due(
+    memory: Memory, generation: int | None, now: float, refused_after_s: float, failed_after_s: float
+) -> bool:
+    """Whether the sync pass applies the children of `generation` now (the first apply of a spec, a create's or
+    an edit's, or a new leader's first look): not when that generation was applied, nor while an apply is
+    queued or running; a generation not tried yet at once; one whose apply failed after `refused_after_s` (the
+    apiserver or the policy refused it) or `failed_after_s` (any other failure), counted from that try."""
+    if memory.applying or memory.applied_generation == generation:
+        return False
+    if memory.attempted_generation != generation or memory.applied_at is None:
+        return True
+    refused = memory.apply_error is not None and memory.apply_error.generation == generation
+    return now - memory.applied_at > (refused_after_s if refused else failed_after_s)
+
+
 def reapply_due(memory: Memory, drifted: bool, now: float, after_s: float, generation: int | None = None) -> bool:
     """Children missing or outdated: re-apply, at most every `after_s` (counted from the last apply);
-    at once when the spec changed since the apiserver refused an apply (the user fixed it, and kopf
-    may still be waiting out the refused handler's retry delay). Never while an apply is queued or running:
-    it writes the children anyway (during a bulk create, a second apply queued behind it held the status
-    refresh that waited for it past its 60 s bound)."""
+    at once when the spec changed since the apiserver refused an apply (the user fixed it). Never while an
+    apply is queued or running: it writes the children anyway (during a bulk create, a second apply queued
+    behind it held the status refresh that waited for it past its 60 s bound)."""
     if memory.applied_at is None:
         memory.applied_at = now
     if not drifted or memory.applying:

@@ -223,7 +223,7 @@ def test_metrics_service_answers(cluster, release):
 CAN_I = [
     # (namespace key, verb, resource, extra, expected)
     ("app", "watch", "llmservings.ovserve.dev", (), True),
-    ("app", "patch", "llmservings.ovserve.dev", (), True),
+    ("app", "patch", "llmservings.ovserve.dev", (), False),  # only the status: nothing writes the spec or metadata
     ("app", "patch", "llmservings.ovserve.dev", ("--subresource=status",), True),
     ("app", "update", "llmservings.ovserve.dev", ("--subresource=finalizers",), True),
     ("app", "create", "deployments.apps", (), True),

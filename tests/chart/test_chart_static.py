@@ -29,7 +29,7 @@ CRD_CHART = CHART / "crds" / "ovserve.dev_llmservings.yaml"
 
 # The operator's whole permission set (docs/install.md shows the same table; a test keeps them equal).
 EXPECTED_RBAC = {
-    ("cluster", "ovserve.dev", "llmservings"): {"get", "list", "watch", "patch"},
+    ("cluster", "ovserve.dev", "llmservings"): {"get", "list", "watch"},
     ("cluster", "ovserve.dev", "llmservings/status"): {"patch"},
     ("cluster", "ovserve.dev", "llmservings/finalizers"): {"update"},
     ("cluster", "apps", "deployments"): {"get", "list", "watch", "create", "patch"},

@@ -211,11 +211,14 @@ def test_children_scale_rollout_and_gc(cluster, operator, namespace):
     )
     assert row(cluster, namespace, "ctl")["REQUESTED"] == "LM"
 
-    # no kopf junk in status; progress lives in ovserve.dev annotations
+    # the operator wrote nothing on the LLMServing but its status: no kopf progress, no annotation, no finalizer
     obj = cluster.get("llmserving", "ctl", namespace)
     assert "kopf" not in obj.get("status", {})
-    assert any(k.startswith("ovserve.dev/") for k in obj["metadata"].get("annotations", {}))
+    assert not [k for k in obj["metadata"].get("annotations", {}) if k.startswith(("ovserve.dev/", "kopf."))]
     assert not obj["metadata"].get("finalizers")  # deletion never waits for the operator
+    shown = cluster.kubectl("get", "llmserving", "ctl", "-n", namespace, "-o", "json", "--show-managed-fields")
+    ours = [m for m in json.loads(shown.stdout)["metadata"]["managedFields"] if m["manager"] == "ovserve-operator"]
+    assert ours and all(m.get("subresource") == "status" for m in ours), ours
 
     # deleting the CR garbage-collects the children
     cluster.kubectl("delete", "llmserving", "ctl", "-n", namespace, "--wait=true", timeout=60)

@@ -54,7 +54,7 @@ def service(name: str, labelled: bool = True) -> dict:
 def test_lists_in_pages_then_watches_then_lists_again_after_410(cluster, namespace):
     cluster.apply([service("a"), service("b"), service("c"), service("x", labelled=False)], namespace)
     sink = Recorder()
-    list_fn = reflector.list_function(Kube(), "Service", namespace)
+    list_fn = reflector.list_function(Kube(), "v1", "Service", namespace)
     r = reflector.Reflector("Service", namespace, LABEL, list_fn, sink, page=2)
     r.start()
     try:

@@ -95,30 +95,6 @@ def test_cache_prune(steps, last_keys, left):
     assert {snap["uid"] for key in c for snap in c[key]} == left
 
 
-class _Listing:
-    """What the apiserver lists now (the glue around Cache.prune, without a cluster)."""
-
-    def __init__(self, listed: list[tuple[str, str, str]]) -> None:
-        self.listed = listed
-
-    def list_owned(self, api_version, kind, namespaces, selector, owner_label):
-        assert kind == api.KIND
-        return self.listed
-
-
-def test_prune_caches_drops_llmservings_deleted_unseen(ctx):
-    saved = handlers.CTX.llmservings
-    handlers.CTX.llmservings = cache.Cache()
-    try:
-        ctx.llmservings.put("s-a", A, {})
-        ctx.llmservings.put("s-b", B, {})
-        lost = asyncio.run(handlers._prune_caches(_Listing([("s-a", "ns", "a")]), ()))  # b was deleted unseen
-        assert lost == 1
-        assert list(ctx.llmservings) == [A]  # the controller forgets b
-    finally:
-        handlers.CTX.llmservings = saved
-
-
 @pytest.mark.parametrize(
     "labels,want",
     [
@@ -147,14 +123,15 @@ def pod(uid: str, owner: str | None, component: str = "runtime") -> dict:
 
 @pytest.fixture
 def ctx():
-    saved = handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate
-    handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate = (
+    saved = handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate, handlers.CTX.llmservings
+    handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate, handlers.CTX.llmservings = (
         statusqueue.WorkQueue(5.0),
         cache.Cache(),
         cache.ListGate(),
+        cache.Cache(),
     )
     yield handlers.CTX
-    handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate = saved
+    handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate, handlers.CTX.llmservings = saved
 
 
 # (events of one pod, its key in the cache afterwards (None: absent), the keys marked by the last event)
@@ -227,25 +204,59 @@ def _reflector(kind: str, namespace: str = "") -> reflector.Reflector:
     return reflector.Reflector(kind, namespace, "", lambda **_: None, sink=None)  # never started: no API call
 
 
-def test_first_lists_open_the_gate_mark_every_llmserving_and_wake_resumes(ctx):
-    saved = handlers.CTX.llmservings, handlers.CTX.ready_events
-    handlers.CTX.llmservings, handlers.CTX.ready_events = cache.Cache(), {}
+def test_first_lists_open_the_gate_and_mark_every_llmserving(ctx):
     pods, services = _reflector("Pod"), _reflector("Service")
-    try:
-        ctx.llmservings.put("s-a", A, {})
-        ctx.llmservings.put("s-b", B, {})
-        ctx.gate.expect([pods.name, services.name])
-        waiting = ctx.ready_events.setdefault(A, asyncio.Event())
-        handlers._listed(pods, [handlers.child_change("Pod", None, pod("u1", "a"))], True)
-        handlers._synced(pods, {"u1"})
-        assert not ctx.gate.ready(A) and not waiting.is_set()
-        ctx.queue.dirty.clear()
-        handlers._listed(services, [], True)
-        handlers._synced(services, set())
-        assert ctx.gate.ready(A) and waiting.is_set()
-        assert ctx.queue.dirty == {A, B}
-    finally:
-        handlers.CTX.llmservings, handlers.CTX.ready_events = saved
+    ctx.llmservings.put("s-a", A, {})
+    ctx.llmservings.put("s-b", B, {})
+    ctx.gate.expect([pods.name, services.name])
+    handlers._listed(pods, [handlers.child_change("Pod", None, pod("u1", "a"))], True)
+    handlers._synced(pods, {"u1"})
+    assert not ctx.gate.ready(A)
+    ctx.queue.dirty.clear()
+    handlers._listed(services, [], True)
+    handlers._synced(services, set())
+    assert ctx.gate.ready(A)
+    assert ctx.queue.dirty == {A, B}
+
+
+def llmserving(uid: str, name: str, generation: int = 1, status: dict | None = None) -> dict:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "generation": generation, "resourceVersion": "7"},
+        "spec": {"model": {"huggingFace": {"repo": "o/m"}}},
+        "status": status or {},
+    }
+
+
+def test_llmserving_events_feed_the_cache_activate_and_mark(ctx):
+    """The LLMServings' reflector: a listed or changed LLMServing is cached (its snapshot packed in the reflector's
+    thread), activated and marked; a deleted one leaves the cache (the controller forgets it), unmarked."""
+    r = _reflector(api.KIND, "ns")
+    handlers._listed(r, [handlers.to_change(api.KIND, None, llmserving("s-a", "a"))], True)
+    assert ctx.llmservings[A] == [handlers._llmserving_snapshot(llmserving("s-a", "a"), *A)]
+    assert A in ctx.queue.active and ctx.queue.dirty == {A}
+    ctx.queue.dirty.clear()
+    handlers.apply_change(handlers.to_change(api.KIND, "MODIFIED", llmserving("s-a", "a", generation=2)))
+    assert ctx.llmservings[A][0]["metadata"]["generation"] == 2 and ctx.queue.dirty == {A}
+    ctx.queue.dirty.clear()
+    handlers.apply_change(handlers.to_change(api.KIND, "DELETED", llmserving("s-a", "a", generation=2)))
+    assert A not in ctx.llmservings and not ctx.queue.dirty
+
+
+def test_an_llmserving_relist_drops_what_was_deleted_unseen(ctx):
+    """After a 410 the LLMServings' reflector lists again: one that LIST no longer returns was deleted in the gap
+    and leaves the cache (the controller forgets it); nothing is marked for it."""
+    r = _reflector(api.KIND, "ns")
+    handlers._listed(
+        r, [handlers.to_change(api.KIND, None, llmserving(u, n)) for u, n in (("s-a", "a"), ("s-b", "b"))], True
+    )
+    handlers._synced(r, {"s-a", "s-b"})
+    ctx.queue.dirty.clear()
+    handlers._listed(r, [handlers.to_change(api.KIND, None, llmserving("s-a", "a"))], True)  # b deleted unseen
+    handlers._synced(r, {"s-a"})
+    assert list(ctx.llmservings) == [A]
+    assert ctx.queue.dirty == {A}  # listed again: refreshed; b is not marked (gone)
 
 
 def test_a_relist_drops_children_deleted_unseen_and_marks_their_owners(ctx):

@@ -1,13 +1,12 @@
 """The echo of the operator's own status patch schedules no refresh; every other LLMServing event does.
 
-Driven through the real LLMServing event handler (handlers.llmservings, which feeds the cache) and the real
-work queue: each case is the sequence of watch events and status writes one object sees, and whether its last
-event marks it dirty.
+Driven through the real LLMServing event path (handlers.serving_change in the reflector's thread, then
+handlers.apply_serving_change on the loop, which feeds the cache) and the real work queue: each case is the
+sequence of watch events and status writes one object sees, and whether its last event marks it dirty.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import Any
 
@@ -85,22 +84,17 @@ def ctx():
 
 @pytest.mark.parametrize("steps,marked", list(CASES.values()), ids=list(CASES))
 def test_own_patch_echo_schedules_no_refresh(ctx, steps, marked):
-    async def run() -> bool:
-        for step in steps:
-            if step == WROTE:
-                ctx.own_writes.writing(KEY, WRITTEN)  # what refresh() records before it sends the patch
-            elif step == FAILED:
-                ctx.own_writes.failed(KEY)
-            else:
-                ctx.queue.dirty.clear()
-                await handlers.llmservings(
-                    event={"type": "MODIFIED", "object": step}, body=step, namespace=KEY[0], name=KEY[1]
-                )
-                snapshot = ctx.llmservings[KEY][-1]
-                assert snapshot["status"] == step["status"]  # the cache holds the event either way
-        return KEY in ctx.queue.dirty
-
-    assert asyncio.run(run()) is marked
+    for step in steps:
+        if step == WROTE:
+            ctx.own_writes.writing(KEY, WRITTEN)  # what refresh() records before it sends the patch
+        elif step == FAILED:
+            ctx.own_writes.failed(KEY)
+        else:
+            ctx.queue.dirty.clear()
+            handlers.apply_serving_change(handlers.serving_change("MODIFIED", step))
+            snapshot = ctx.llmservings[KEY][-1]
+            assert snapshot["status"] == step["status"]  # the cache holds the event either way
+    assert (KEY in ctx.queue.dirty) is marked
 
 
 def test_forgotten_object_starts_afresh():

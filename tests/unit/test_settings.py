@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 
 import kopf
 import pytest
 from ovserve_operator import cli, settings
-from ovserve_operator.settings import Settings, configure_kopf, parse_selector
+from ovserve_operator.settings import Settings, parse_selector
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operator.md"
 
@@ -155,27 +153,6 @@ def test_parse_selector():
     assert parse_selector("a=b,c=") == {"a": "b", "c": ""}
 
 
-def test_configure_kopf():
-    """What the settings do, not what they are: kopf's progress and diff-base go to ovserve.dev/ annotations
-    (never status.kopf), no peering objects, no cluster scanning (least-privilege RBAC)."""
-    ks = kopf.OperatorSettings()
-    configure_kopf(ks, Settings(identity="op-1", watch_namespaces=("a",)))
-    body = kopf.Body({"metadata": {"name": "x", "namespace": "a"}})
-    progress, diffbase = kopf.Patch(), kopf.Patch()
-    record = {"started": "2026-01-01T00:00:00", "retries": 1, "success": False, "failure": False}
-    ks.persistence.progress_storage.store(body=body, patch=progress, key=kopf.HandlerId("reconcile"), record=record)
-    ks.persistence.diffbase_storage.store(body=body, patch=diffbase, essence={"spec": {"replicas": 1}})
-    for patch in (progress, diffbase):
-        assert set(patch) == {"metadata"}, patch  # nothing in status
-        assert all(k.startswith("ovserve.dev/") for k in patch["metadata"]["annotations"])
-    assert json.loads(progress["metadata"]["annotations"]["ovserve.dev/reconcile"])["retries"] == 1
-    assert "ovserve.dev/last-handled-configuration" in diffbase["metadata"]["annotations"]
-    assert ks.persistence.finalizer.startswith("ovserve.dev/")
-    assert ks.peering.standalone is True and ks.peering.clusterwide is False and ks.scanning.disabled is True
-    assert ks.posting.enabled and ks.posting.level == logging.INFO and ks.posting.loggers is False
-    assert (ks.posting.reporting_component, ks.posting.reporting_instance) == ("ovserve-operator", "op-1")
-
-
 @pytest.mark.parametrize("value", ["team-*", "!kube-system", "Team-A", "a,b*"])
 def test_namespace_globs_are_refused_not_dropped(value):
     """With scanning off kopf would drop a glob silently (and watch nothing there): refused at start, named."""
@@ -201,9 +178,6 @@ def test_child_reflectors_send_label_selectors_to_the_apiserver(kind, want):
     from ovserve_operator import cache, handlers
 
     assert cache.label_selector(handlers.CHILD_KINDS[kind][1], kopf.PRESENT) == want
-    ks = kopf.OperatorSettings()
-    configure_kopf(ks, Settings())
-    assert not list(ks.watching.label_selectors.collect(kopf.Resource("", "v1", "pods")))
 
 
 @pytest.mark.parametrize(

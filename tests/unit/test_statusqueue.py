@@ -80,6 +80,41 @@ def test_reapply_at_once_when_the_refused_spec_was_changed():
     assert sq.reapply_due(m, True, 100.0, 30.0, generation=3) is True  # fixed by the user: now
 
 
+def refused(attempted: int, at: float) -> dict:
+    """Memory fields: generation 2 was refused; `attempted` tried last, at `at`."""
+    return {
+        "attempted_generation": attempted,
+        "applied_at": at,
+        "apply_error": ApplyError(2, 422, "Deployment/x", "no"),
+    }
+
+
+# memory fields, the generation seen now, then whether the sync pass applies that generation's children at t=100
+# (a refusal retried after 60 s, any other failure after 5 s, both counted from the try)
+GENERATION_APPLY = {
+    "never looked at (a create, or a new leader's first look)": ({}, 1, True),
+    "applied: nothing to do": ({"applied_generation": 1, "attempted_generation": 1, "applied_at": 10.0}, 1, False),
+    "a new spec: at once, however recent the last apply": (
+        {"applied_generation": 1, "attempted_generation": 1, "applied_at": 99.0},
+        2,
+        True,
+    ),
+    "an apply queued or running": ({"applying": 1, "applied_generation": 1, "attempted_generation": 1}, 2, False),
+    "failed 2 s ago: wait": ({"attempted_generation": 2, "applied_at": 98.0}, 2, False),
+    "failed 6 s ago: again": ({"attempted_generation": 2, "applied_at": 94.0}, 2, True),
+    "refused 30 s ago: wait": (refused(attempted=2, at=70.0), 2, False),
+    "refused 61 s ago: again": (refused(attempted=2, at=39.0), 2, True),
+    "refused, then the user fixed the spec: at once": (refused(attempted=2, at=99.0), 3, True),
+    "an older refusal does not slow a later failure's retry": (refused(attempted=3, at=94.0), 3, True),
+}
+
+
+@pytest.mark.parametrize("fields,generation,want", list(GENERATION_APPLY.values()), ids=list(GENERATION_APPLY))
+def test_generation_apply_due(fields, generation, want):
+    m = sq.Memory(readback=None, **fields)  # type: ignore[arg-type]
+    assert sq.generation_apply_due(m, generation, 100.0, 60.0, 5.0) is want
+
+
 BASE = {"phase": "Ready", "computedAt": "2026-12-03T07:00:00Z"}
 LATER = "2026-12-04T07:00:00Z"  # a day later: no heartbeat, however long nothing changes
 
