@@ -72,12 +72,9 @@ class OwnWrites:
         self._seen.pop(key, None)
         self._wrote.pop(key, None)
 
-    def is_echo(self, key: Key, body: Mapping[str, Any]) -> bool:
-        """Whether this watch event of `key` is only the echo of our own status patch (records its inputs)."""
-        return self.is_echo_of(key, *digests(body))
-
-    def is_echo_of(self, key: Key, inputs: bytes, status: bytes) -> bool:
-        """`is_echo` from the event's `digests`, taken where the raw body was decoded (the reflector's thread)."""
+    def is_echo(self, key: Key, inputs: bytes, status: bytes) -> bool:
+        """Whether a watch event of `key`, given as its `digests` (taken where the raw body was decoded: the
+        reflector's thread), is only the echo of our own status patch (records its inputs)."""
         before, self._seen[key] = self._seen.get(key), inputs
         wrote = self._wrote.get(key)
         return before == inputs and wrote is not None and status == wrote

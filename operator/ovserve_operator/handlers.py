@@ -231,7 +231,7 @@ def apply_serving_change(change: ServingChange) -> None:
         CTX.llmservings.delete(change.uid)  # the controller sees it gone and forgets it
         return
     CTX.queue.activate(change.key)
-    if CTX.own_writes.is_echo_of(change.key, *change.digests):
+    if CTX.own_writes.is_echo(change.key, *change.digests):
         CTX.health.inc("ovserve_operator_status_echoes_total")  # our own patch: nothing to refresh
     else:
         _mark(*change.key)
@@ -252,7 +252,8 @@ CHILD_KINDS: dict[str, tuple[str, dict[str, Any], Any]] = {
 }
 
 
-def _child_cache(kind: str) -> cache.Cache:
+def _cache_of(kind: str) -> cache.Cache:
+    """The cache of `kind`: the LLMServings', or a child kind's."""
     return {"Pod": CTX.pods, "Deployment": CTX.deployments, "Service": CTX.services, api.KIND: CTX.llmservings}[kind]
 
 
@@ -284,7 +285,7 @@ def child_change(kind: str, event_type: str | None, body: Mapping[str, Any]) -> 
 
 def apply_child_change(change: ChildChange) -> None:
     """On the loop: put or drop the child, and mark its owner."""
-    store = _child_cache(change.kind)
+    store = _cache_of(change.kind)
     if change.key is None:
         if (key := store.delete(change.uid)) is not None:
             _mark(*key)  # a child deleted by hand is re-applied at once (the status says it is missing meanwhile)
@@ -337,13 +338,13 @@ def _guarded(fn: Callable[..., None], args: tuple, done: threading.Event | None 
 
 def _listed(r: reflector.Reflector, changes: list[ChildChange], first: bool) -> None:
     if first:  # what this LIST does not return, put before it began, was deleted unseen: `_synced` drops it
-        CTX.list_stamps[r.name] = _child_cache(r.kind).stamp()
+        CTX.list_stamps[r.name] = _cache_of(r.kind).stamp()
     for change in changes:
         apply_change(change)
 
 
 def _synced(r: reflector.Reflector, uids: set[str]) -> None:
-    store = _child_cache(r.kind)
+    store = _cache_of(r.kind)
     keys = store.prune(uids, CTX.list_stamps.pop(r.name, 0), r.namespace or None)
     CTX.health.inc("ovserve_operator_lists_total")  # every kind's: one per kind and namespace, more after a 410
     if keys:
@@ -604,7 +605,7 @@ def _children_current(key: statusqueue.Key, uid: str, spec: api.LLMServingSpec) 
     if sorted(o["kind"] for o in desired) != ["Deployment", "Service"]:
         return False
     for obj in desired:
-        live = _ours(_child_cache(obj["kind"]), key, uid)
+        live = _ours(_cache_of(obj["kind"]), key, uid)
         if live is None or drift.differences(obj, live):
             return False
     return True

@@ -99,8 +99,8 @@ def test_own_patch_echo_schedules_no_refresh(ctx, steps, marked):
 
 def test_forgotten_object_starts_afresh():
     writes = echo.OwnWrites()
-    writes.is_echo(KEY, event(10))
+    writes.is_echo(KEY, *echo.digests(event(10)))
     writes.writing(KEY, WRITTEN)
     writes.forget(KEY)
-    assert not writes.is_echo(KEY, event(11, STORED))
+    assert not writes.is_echo(KEY, *echo.digests(event(11, STORED)))
     assert len(writes) == 1
