@@ -11,6 +11,7 @@ STATUS = "/v1/status"  # the RuntimeReport (report.py)
 LIVE = "/v2/health/live"  # the process serves HTTP (startup and liveness probes)
 READY = "/v2/health/ready"  # the pipeline is loaded and takes requests (readiness probe)
 METRICS = "/metrics"  # Prometheus text format (metrics.py)
+OPENAPI = "/openapi.json"  # the OpenAPI document of this API (openapi.py); also under each API prefix
 
 PORT = 8000
 TERMINATION_LOG = "/dev/termination-log"  # the Kubernetes default terminationMessagePath

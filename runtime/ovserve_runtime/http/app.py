@@ -16,6 +16,7 @@ escapes a handler (aiohttp's 404/405/413, an unexpected exception) into the Open
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -149,6 +150,9 @@ class App:
         r.add_get(endpoints.LIVE, self.live)
         r.add_get(endpoints.READY, self.ready)
         r.add_get(endpoints.METRICS, self.prom)
+        for path in (endpoints.OPENAPI, *(f"{p}{endpoints.OPENAPI}" for p in endpoints.API_PREFIXES)):
+            r.add_get(path, self.openapi)
+        self._openapi: bytes | None = None  # rendered at the first request (pydantic's schema pass: ~100 ms)
         self.drain = Drain(cfg.drain_timeout_s, abort=self._abort)
         self.drain.install(self.web)
 
@@ -265,6 +269,20 @@ class App:
     async def prom(self, _req: web.Request) -> web.Response:
         body, ctype = self.metrics.render()
         return web.Response(body=body, headers={"Content-Type": ctype})
+
+    async def openapi(self, _req: web.Request) -> web.Response:
+        """The OpenAPI document of this API (openapi.py), generated from the request models."""
+        if self._openapi is None:
+            from importlib.metadata import PackageNotFoundError, version
+
+            from .. import openapi
+
+            try:
+                v = version("ovserve")
+            except PackageNotFoundError:
+                v = "0"
+            self._openapi = json.dumps(openapi.document(v)).encode()
+        return web.Response(body=self._openapi, content_type="application/json")
 
     def _model_obj(self) -> dict:
         return {"id": self.cfg.served_name, "object": "model", "created": self.created, "owned_by": "ovserve"}
