@@ -16,6 +16,7 @@ Pure: no openvino, no I/O.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,6 +27,7 @@ from .reasoning import ReasoningStream
 from .tools import ForcedCalls, Function, ToolCallStream
 
 AUTO, NONE = "AUTO", "none"
+log = logging.getLogger("ovserve.assistant")
 MAX_PARALLEL_CALLS = tools.MAX_PARALLEL_CALLS
 
 
@@ -180,11 +182,17 @@ def plan(
 
 
 class OutputStream:
-    """One output's text deltas as OpenAI delta dicts; reasoning first, then content and tool calls."""
+    """One output's text deltas as OpenAI delta dicts; reasoning first, then content and tool calls.
+
+    Never raises: the parsers read any output (bounded depth, linear time), and should one still fail (a bug),
+    what it held and the rest of the output go out as content: one request's odd output fails nothing else,
+    and loses no text."""
 
     def __init__(self, plan: OutputPlan, *, new_id=tools.new_call_id) -> None:
         self.plan = plan
         self.calls = 0
+        self._broken = False  # a parser raised: the rest is content, as it comes
+        self._in_tools = False  # the tool parser is running (it has taken the text it was given)
         self._rsn = ReasoningStream(in_reasoning=plan.in_reasoning) if plan.reasoning else None
         self._tools: ToolCallStream | None = (
             tools.stream(plan.tool_parser, plan.tool_names, new_id=new_id, max_calls=plan.max_calls)
@@ -193,13 +201,37 @@ class OutputStream:
         )
 
     def feed(self, text: str) -> list[dict[str, Any]]:
+        if self._broken:
+            return [{"content": text}] if text else []
+        try:
+            return self._feed(text)
+        except Exception:
+            return self._fall_back(text)
+
+    def finish(self) -> list[dict[str, Any]]:
+        if self._broken:
+            return []
+        try:
+            return self._finish()
+        except Exception:
+            return self._fall_back("")
+
+    def _fall_back(self, text: str) -> list[dict[str, Any]]:
+        log.exception("an output parser failed; the rest of this output is content")
+        self._broken = True
+        held = self._tools.pending() if self._tools is not None else ""
+        if self._in_tools:  # the tool parser failed: it holds what it was given, this text included
+            text = ""
+        return [{"content": held + text}] if held + text else []
+
+    def _feed(self, text: str) -> list[dict[str, Any]]:
         if self._rsn is None:
             return self._content(text, final=False)
         split = self._rsn.feed(text)
         out = [{"reasoning_content": split.reasoning}] if split.reasoning else []
         return out + (self._content(split.content, final=False) if split.content else [])
 
-    def finish(self) -> list[dict[str, Any]]:
+    def _finish(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if self._rsn is not None:
             split = self._rsn.finish()
@@ -212,9 +244,11 @@ class OutputStream:
     def _content(self, text: str, final: bool) -> list[dict[str, Any]]:
         if self._tools is None:
             return [{"content": text}] if text else []
+        self._in_tools = True
         deltas = self._tools.feed(text) if text else []
         if final:
             deltas += self._tools.finish()
+        self._in_tools = False
         out = []
         for d in deltas:
             if d.tool_call is not None:

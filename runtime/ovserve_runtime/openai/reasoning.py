@@ -64,6 +64,7 @@ class ReasoningStream:
         self._state = _State.REASONING if in_reasoning else _State.START
         self._may_open = True  # a leading <think> is skipped even when the template opened the block
         self._buf = ""
+        self._lead: list[str] = []  # leading whitespace while the output may still open <think>: pieces
         self._reasoning = TrimmedText(strip_start=True)
         self._content = TrimmedText(strip_start=in_reasoning)
 
@@ -94,24 +95,28 @@ class ReasoningStream:
         return Split("".join(reasoning) or None, "".join(content) or None)
 
     def _pending_open(self) -> bool:
-        """At the start: consume a leading <think> (True when the text so far may still become one)."""
+        """At the start: consume a leading <think> (True when the text so far may still become one). Leading
+        whitespace is held as pieces (not re-stripped on every delta: linear however long it runs)."""
         stripped = self._buf.lstrip()
         if not stripped:
+            self._lead.append(self._buf)
+            self._buf = ""
             return True
         if stripped.startswith(OPEN):
-            self._buf = stripped[len(OPEN) :]
+            self._buf, self._lead = stripped[len(OPEN) :], []
             self._state = _State.REASONING
             self._may_open = False
             return False
         if OPEN.startswith(stripped):
             return True
         self._may_open = False
+        self._buf, self._lead = "".join(self._lead) + self._buf, []
         return False
 
     def finish(self) -> Split:
         """The rest, at the end of the output: held text goes where its state says (an unterminated
         reasoning block stays reasoning)."""
-        buf, self._buf = self._buf, ""
+        buf, self._buf, self._lead = "".join(self._lead) + self._buf, "", []
         if self._state is _State.START:
             self._state = _State.CONTENT
         if self._state is _State.REASONING:

@@ -31,7 +31,7 @@ class TrimmedText:
     __slots__ = ("_pending", "_skip")
 
     def __init__(self, *, strip_start: bool = False) -> None:
-        self._pending = ""
+        self._pending: list[str] = []  # pieces, joined once: a long run of whitespace costs linear time
         self._skip = strip_start
 
     def add(self, text: str) -> str:
@@ -40,14 +40,18 @@ class TrimmedText:
             if not text:
                 return ""
             self._skip = False
-        text = self._pending + text
         body = text.rstrip()
-        self._pending = text[len(body) :]
-        return body
+        if not body:
+            if text:
+                self._pending.append(text)
+            return ""
+        out = "".join(self._pending) + body
+        self._pending = [text[len(body) :]] if len(body) < len(text) else []
+        return out
 
     def cut(self) -> None:
-        self._pending, self._skip = "", True
+        self._pending, self._skip = [], True
 
     def finish(self) -> str:
-        out, self._pending = self._pending, ""
+        out, self._pending = "".join(self._pending), []
         return out

@@ -13,6 +13,8 @@ Pure: no openvino, no I/O (outlines-core, imported when a grammar is built, is p
 A call is valid when its name is one of the request's functions and its arguments are a JSON object; the
 OpenAI `arguments` string is that object re-serialized, so it is always valid JSON. Text that looks like a
 call but is not a valid one stays in `content`, as the model wrote it: nothing is lost, nothing invented.
+Any output is read without an exception: a call nested deeper than MAX_DEPTH is content (checked before any
+recursive decoder runs), and Python's parser failing on a pythonic list (RecursionError, MemoryError) is too.
 
 Streaming (`ToolCallStream`): content deltas go out as they come (text that may still become a call marker
 waits); a call goes out as ONE `tool_calls` delta (id, name and the complete arguments) once it is complete
@@ -108,28 +110,92 @@ def renders_tools(chat_template: str | None) -> bool:
 
 # ------------------------------------------------------------------------------------------ one call
 
+# The deepest nesting a call's JSON (or a pythonic call's literal) may have; deeper is not a call but content.
+# Decoders recurse per level: a bound far under the interpreter's recursion limit keeps them safe on any stack.
+MAX_DEPTH = 64
+_IN_STRING = re.compile(r'["\\]')
+_OUT_OF_STRING = re.compile(r'[{}\[\]"]')
+
+
+class JsonSpan:
+    """Where a JSON object ends, found as its text arrives in pieces: each character is looked at once
+    (linear in the object's length however it is split), with the deepest nesting seen so far."""
+
+    __slots__ = ("_escape", "_in_string", "deepest", "depth")
+
+    def __init__(self) -> None:
+        self.depth = self.deepest = 0
+        self._in_string = self._escape = False
+
+    def feed(self, text: str) -> int:
+        """Scan the next piece; the index in it just past the object's closing brace, or -1 (not closed yet)."""
+        i, n = 0, len(text)
+        if self._escape and n:
+            i, self._escape = 1, False
+        while i < n:
+            if self._in_string:
+                m = _IN_STRING.search(text, i)
+                if m is None:
+                    return -1
+                i = m.end()
+                if m.group() == '"':
+                    self._in_string = False
+                elif i == n:  # a backslash ends the piece: the character it escapes starts the next
+                    self._escape = True
+                else:
+                    i += 1
+                continue
+            m = _OUT_OF_STRING.search(text, i)
+            if m is None:
+                return -1
+            i, c = m.end(), m.group()
+            if c == '"':
+                self._in_string = True
+            elif c in "{[":
+                self.depth += 1
+                self.deepest = max(self.deepest, self.depth)
+            else:
+                self.depth -= 1
+                if self.depth <= 0:
+                    return i
+        return -1
+
+
+def _too_deep(text: str) -> bool:
+    span = JsonSpan()
+    span.feed(text)
+    return span.deepest > MAX_DEPTH
+
 
 def _call(name: Any, arguments: Any, tool_names: Collection[str] | None, new_id: Callable[[], str]) -> ToolCall | None:
     """A valid call from a parsed name and arguments, or None."""
     if not isinstance(name, str) or not name or (tool_names is not None and name not in tool_names):
         return None
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
+        if not arguments.lstrip().startswith("{") or _too_deep(arguments):
+            return None
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError, MemoryError):
             return None
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
         return None
-    text = json.dumps(arguments, ensure_ascii=False)
+    try:
+        text = json.dumps(arguments, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError, MemoryError):
+        return None
     return ToolCall(id=new_id(), function=FunctionCall(name=name, arguments=text))
 
 
 def _json_call(body: str, keys: tuple[str, ...], tool_names, new_id) -> ToolCall | None:
+    """The call a JSON object's text is, or None; never raises (depth bounded before any decoding)."""
+    if not body.startswith("{") or _too_deep(body):
+        return None
     try:
         obj = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError, MemoryError):
         return None
     if not isinstance(obj, dict) or set(obj) - {"name", *keys}:
         return None
@@ -141,7 +207,11 @@ def _json_call(body: str, keys: tuple[str, ...], tool_names, new_id) -> ToolCall
 
 
 class ToolCallStream:
-    """Fed the output's text deltas (`feed`), then `finish` once; each returns the Deltas ready to send."""
+    """Fed the output's text deltas (`feed`), then `finish` once; each returns the Deltas ready to send.
+
+    Linear time in the output whatever its split: text a parser must hold (a call not yet complete, leading
+    whitespace before the output's form is known) is kept as a list of pieces and joined once, and each
+    piece is scanned once."""
 
     def __init__(
         self,
@@ -153,7 +223,8 @@ class ToolCallStream:
         self._names = frozenset(tool_names) if tool_names is not None else None
         self._new_id = new_id
         self._max = max_calls  # parallel_tool_calls false: 1; calls beyond it stay text
-        self._buf = ""
+        self._buf = ""  # text not yet looked at (or a short tail that may still become a marker)
+        self._held: list[str] = []  # text looked at and held (a call's body so far, leading whitespace)
         self._text = TrimmedText()
         self._calls = 0
         self._out: list[Delta] = []
@@ -170,6 +241,15 @@ class ToolCallStream:
         self._text.cut()
         self._out.append(Delta(index=self._calls, tool_call=call))
         self._calls += 1
+
+    def _unhold(self) -> str:
+        """The held text, joined (once), and no longer held."""
+        text, self._held = "".join(self._held), []
+        return text
+
+    def pending(self) -> str:
+        """What the parser holds and has not sent (for a caller that falls back to plain content)."""
+        return "".join(self._held) + self._buf
 
     def _take(self) -> list[Delta]:
         out, self._out = self._out, []
@@ -189,8 +269,8 @@ class ToolCallStream:
 
     def finish(self) -> list[Delta]:
         self._step(final=True)
-        if self._buf:
-            self._content(self._buf)
+        if rest := self._unhold() + self._buf:
+            self._content(rest)
             self._buf = ""
         if tail := self._text.finish():
             self._out.append(Delta(content=tail))
@@ -208,9 +288,10 @@ class HermesStream(ToolCallStream):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._inside = False
+        self._tail = ""  # the body's last characters: the closing tag may start in them
 
     def _step(self, final: bool) -> None:
-        while self._buf:
+        while self._buf or (final and self._inside):
             if not self._inside:
                 start = self._buf.find(self.OPEN)
                 if start < 0:
@@ -219,74 +300,89 @@ class HermesStream(ToolCallStream):
                     self._buf = self._buf[len(self._buf) - keep :]
                     return
                 self._content(self._buf[:start])
-                self._buf = self._buf[start:]
-                self._inside = True
-            end = self._buf.find(self.CLOSE)
+                self._buf = self._buf[start + len(self.OPEN) :]
+                self._inside, self._tail = True, ""
+            # inside: only the new text (and the tail before it) is searched for the closing tag
+            probe = self._tail + self._buf
+            end = probe.find(self.CLOSE)
             if end < 0 and not final:
+                self._held.append(self._buf)
+                self._tail, self._buf = probe[-(len(self.CLOSE) - 1) :], ""
                 return
-            body = self._buf[len(self.OPEN) : end] if end >= 0 else self._buf[len(self.OPEN) :]
+            text = self._unhold() + self._buf
+            cut = len(text) - len(probe) + end if end >= 0 else len(text)
+            body, closed = text[:cut], end >= 0
+            self._buf = text[cut + len(self.CLOSE) :] if closed else ""
+            self._inside, self._tail = False, ""
             call = _json_call(body.strip(), ("arguments", "parameters"), self._names, self._new_id)
-            whole = self._buf[: end + len(self.CLOSE)] if end >= 0 else self._buf
-            self._buf = self._buf[len(whole) :]
-            self._inside = False
             if call is None or self._full():
-                self._content(whole)  # not a valid call (or one too many): it stays text, as written
+                # not a valid call (or one too many): it stays text, as written
+                self._content(self.OPEN + body + (self.CLOSE if closed else ""))
             else:
                 self._emit(call)
 
 
 class Llama3JsonStream(ToolCallStream):
     """Calls as JSON objects from the start of the output, separated by `;`; the first text that is not a
-    call ends them and is content from there on."""
+    call ends them and is content from there on. A call is decoded once, when its closing brace arrives
+    (JsonSpan finds it): never the pending text again on every delta."""
 
     TAG = "<|python_tag|>"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._mode = "start"  # start -> calls -> content
-        self._decoder = json.JSONDecoder()
+        self._span: JsonSpan | None = None  # the call being received
 
     def _step(self, final: bool) -> None:
-        while self._buf:
+        while self._buf or (final and self._held):
             if self._mode == "content":
-                self._content(self._buf)
+                self._content(self._unhold() + self._buf)
                 self._buf = ""
                 return
             if self._mode == "start":
                 head = self._buf.lstrip()
                 if head.startswith(self.TAG):
                     self._buf, self._mode = head[len(self.TAG) :], "calls"
+                    self._held = []
                 elif head.startswith("{"):
                     self._buf, self._mode = head, "calls"
-                elif (not head or self.TAG.startswith(head)) and not final:
+                    self._held = []
+                elif not head and not final:  # whitespace so far: held as pieces, looked at once
+                    self._held.append(self._buf)
+                    self._buf = ""
+                    return
+                elif head and self.TAG.startswith(head) and not final:
                     return
                 else:
-                    self._mode = "content"
+                    self._buf, self._mode = self._unhold() + self._buf, "content"
                 continue
-            # calls: skip separators; a complete object that is a valid call goes out
-            rest = self._buf.lstrip().lstrip(";").lstrip()
-            if not rest:
-                self._buf = rest
-                return
-            if not rest.startswith("{"):
-                self._buf, self._mode = rest, "content"
-                continue
-            try:
-                obj, end = self._decoder.raw_decode(rest)
-            except ValueError:
-                self._buf = rest
-                if final:
-                    self._mode = "content"
+            if self._span is None:  # calls: skip separators; what follows must open an object
+                rest = self._buf.lstrip().lstrip(";").lstrip()
+                if not rest:
+                    self._buf = ""
+                    return
+                if not rest.startswith("{"):
+                    self._buf, self._mode = rest, "content"
                     continue
-                return  # incomplete (or broken: it becomes content at the end)
-            call = None
-            if isinstance(obj, dict):
-                call = _json_call(rest[:end], ("parameters", "arguments"), self._names, self._new_id)
+                self._span, self._buf = JsonSpan(), rest
+            end = self._span.feed(self._buf)
+            if end < 0 and self._span.deepest <= MAX_DEPTH and not final:
+                self._held.append(self._buf)  # incomplete: held, and scanned no more
+                self._buf = ""
+                return
+            text = self._unhold() + self._buf
+            deep, self._span = self._span.deepest > MAX_DEPTH, None
+            if end < 0 or deep:  # cut mid-call, or deeper than any call: content from here on
+                self._buf, self._mode = text, "content"
+                continue
+            cut = len(text) - len(self._buf) + end
+            call = _json_call(text[:cut], ("parameters", "arguments"), self._names, self._new_id)
             if call is None or self._full():
-                self._buf, self._mode = rest, "content"
+                self._buf, self._mode = text, "content"
                 continue
             self._emit(call)
-            self._buf = rest[end:]
+            self._buf = text[cut:]
 
 
 class Llama3PythonicStream(ToolCallStream):
@@ -300,24 +396,29 @@ class Llama3PythonicStream(ToolCallStream):
 
     def _step(self, final: bool) -> None:
         if self._mode == "content":
-            self._content(self._buf)
+            self._content(self._unhold() + self._buf)
             self._buf = ""
             return
-        head = self._buf.lstrip()
-        if self._mode == "start" and not final:
+        if not final:
+            if self._mode == "list":  # held as pieces to the end: nothing to look at before
+                self._held.append(self._buf)
+                self._buf = ""
+                return
+            head = self._buf.lstrip()
             if head.startswith(("[", self.START)):
                 self._mode = "list"
-            elif not head or self.START.startswith(head):
-                return
-            else:
+            elif not head:  # whitespace so far
+                self._held.append(self._buf)
+                self._buf = ""
+            elif not self.START.startswith(head):
                 self._mode = "content"
                 self._step(final)
-                return
-        if not final:
             return
-        calls = self._parse(head)
+        text = self._unhold() + self._buf
+        self._buf = ""
+        calls = self._parse(text)
         if calls is None:
-            self._mode = "content"
+            self._mode, self._buf = "content", text
             self._step(final)
             return
         keep = calls if self._max is None else calls[: self._max]
@@ -325,49 +426,50 @@ class Llama3PythonicStream(ToolCallStream):
             self._emit(call)
         if rest := ", ".join(source for _, source in calls[len(keep) :]):
             self._content(rest)  # calls beyond parallel_tool_calls false: text, as written
-        self._buf = ""
 
     def _parse(self, text: str) -> list[tuple[ToolCall, str]] | None:
-        """The calls of a pythonic list, each with its source text; None when it is not one."""
+        """The calls of a pythonic list, each with its source text; None when it is not one. Python's parser
+        raises RecursionError or MemoryError on deep or long expressions (`1+1+...`, `---...1`): not a list of
+        calls either."""
         text = text.strip()
         if text.startswith(self.START):
             text = text[len(self.START) :].removesuffix(self.END).strip()
         if not text.startswith("["):
             return None
         try:
-            tree = ast.parse(text, mode="eval").body
-        except (SyntaxError, ValueError):
+            return self._call_list(text)
+        except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
             return None
+
+    def _call_list(self, text: str) -> list[tuple[ToolCall, str]] | None:
+        tree = ast.parse(text, mode="eval").body
         if not isinstance(tree, ast.List) or not tree.elts:
             return None
         calls = []
         for node in tree.elts:
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
                 return None
-            try:
-                kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                return None
+            kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
             if None in kwargs:  # **spread
                 return None
-            try:
-                call = _call(node.func.id, _jsonable(kwargs), self._names, self._new_id)
-            except ValueError:
-                return None
+            call = _call(node.func.id, _jsonable(kwargs), self._names, self._new_id)
             if call is None:
                 return None
             calls.append((call, ast.get_source_segment(text, node) or ""))
         return calls
 
 
-def _jsonable(value: Any) -> Any:
-    """Python literals as JSON values (tuples and sets as arrays); raises ValueError for what JSON lacks."""
+def _jsonable(value: Any, depth: int = 1) -> Any:
+    """Python literals as JSON values (tuples and sets as arrays); raises ValueError for what JSON lacks and
+    for nesting deeper than MAX_DEPTH."""
+    if depth > MAX_DEPTH:
+        raise ValueError("nested too deep")
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise ValueError("non-string key")
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: _jsonable(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v, depth + 1) for v in value]
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
@@ -441,33 +543,50 @@ def regex_literal(text: str) -> str:
     return _REGEX_SPECIAL.sub(r"\\\1", text).replace("\n", r"\n")
 
 
-def arguments_regex(parameters: dict[str, Any] | None) -> str:
-    """The compact regex (no free whitespace, integer bounds kept: grammar.schema_regex) of the JSON objects a
-    parameters schema allows; free whitespace lets a small or random-weight model write spaces until
-    max_tokens. A function without parameters takes `{}`."""
+def arguments_regex(parameters: dict[str, Any] | None, limits: Any = None) -> str:
+    """The compact regex (no free whitespace, integer bounds kept: grammar.schema_regex, within `limits`) of the
+    JSON objects a parameters schema allows; free whitespace lets a small or random-weight model write spaces
+    until max_tokens. A function without parameters takes `{}`."""
     from .grammar import schema_regex
 
-    return schema_regex(parameters if parameters else _EMPTY_OBJECT)
+    return schema_regex(parameters if parameters else _EMPTY_OBJECT, limits)
 
 
-def forced_calls(
-    parser: str, functions: Sequence[Function], *, parallel: bool, max_calls: int = MAX_PARALLEL_CALLS
-) -> ForcedCalls:
-    """The grammar of a forced call (tool_choice "required": one of `functions`; a named function: pass that
-    one alone), in the family's own output format; with `parallel`, 1 to `max_calls` calls. Pythonic models
-    are forced to Llama 3's JSON format (a Python-literal grammar from a JSON schema does not exist); the
-    output is then read with that parser. Raises ValueError for a name a regex cannot carry, and what
-    outlines-core raises for a schema it cannot compile."""
+def forced_parser(parser: str) -> str:
+    """The parser that reads a forced call's output back: pythonic models are forced to Llama 3's JSON format."""
+    if parser not in ("hermes", "llama3_json", "llama3_pythonic"):
+        raise ValueError(f"unknown tool parser {parser!r}")
+    return "llama3_json" if parser == "llama3_pythonic" else parser
+
+
+def check_names(functions: Sequence[Function]) -> None:
+    """ValueError for no function, or a name a regex cannot carry (cheap: checked before any grammar is built)."""
     if not functions:
         raise ValueError("no function to call")
     for f in functions:
         if not NAME_PATTERN.match(f.name):
             raise ValueError(f"function name {f.name!r} does not match {NAME_PATTERN.pattern}")
+
+
+def forced_calls(
+    parser: str,
+    functions: Sequence[Function],
+    *,
+    parallel: bool,
+    max_calls: int = MAX_PARALLEL_CALLS,
+    limits: Any = None,
+) -> ForcedCalls:
+    """The grammar of a forced call (tool_choice "required": one of `functions`; a named function: pass that
+    one alone), in the family's own output format; with `parallel`, 1 to `max_calls` calls. Pythonic models
+    are forced to Llama 3's JSON format (a Python-literal grammar from a JSON schema does not exist); the
+    output is then read with that parser. Raises ValueError for a name a regex cannot carry, and what
+    outlines-core raises for a schema it cannot compile (grammar.GrammarError beyond `limits`)."""
+    check_names(functions)
     if parser == "hermes":
         one = "|".join(
             regex_literal('<tool_call>\n{"name": "' + f.name + '", "arguments": ')
             + "("
-            + arguments_regex(f.parameters)
+            + arguments_regex(f.parameters, limits)
             + ")"
             + regex_literal("}\n</tool_call>")
             for f in functions
@@ -478,7 +597,7 @@ def forced_calls(
         one = "|".join(
             regex_literal('{"name": "' + f.name + '", "parameters": ')
             + "("
-            + arguments_regex(f.parameters)
+            + arguments_regex(f.parameters, limits)
             + ")"
             + regex_literal("}")
             for f in functions
