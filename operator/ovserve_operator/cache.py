@@ -12,8 +12,9 @@ children come from the operator's own list and watch (reflector.py), into plain 
   kept pickled, one bytes object instead of hundreds of small dicts and strings: at 1,000 LLMServings the
   four caches held ~50 KiB of Python objects per LLMServing (a Deployment's spec alone ~22 KiB), ~9 KiB
   pickled; a read unpickles (tens of microseconds) and returns a copy the reader may change.
-- `ListGate`: no LLMServing is refreshed before every child reflector completed its first LIST: a refresh on
-  a cache that still lacks a pod would write a wrong status (e.g. 1/2 ready).
+- `ListGate`: no LLMServing is refreshed before every child reflector of its namespace completed its first LIST:
+  a refresh on a cache that still lacks a pod would write a wrong status (e.g. 1/2 ready). A namespace whose
+  LIST or watch is refused degrades that namespace only (its statuses say NamespaceUnreadable); the others go on.
 
 A watch restarted from a fresh LIST (a 410 Gone after a long disconnect) delivers no DELETED event for what was
 deleted in the gap: `Cache.prune` drops the entries that a LIST no longer returns, once that LIST started after
@@ -98,28 +99,57 @@ class Cache(Mapping[Key, list[Snapshot]]):
 
 
 class ListGate:
-    """Which child reflectors (by name) have not completed their first LIST yet: until every one has, no key is
-    ready."""
+    """Per namespace, which child reflectors (by name) have not completed their first LIST yet, and which
+    reflectors are refused (401/403: a namespace deleted with its RoleBinding refuses for ever).
+
+    A key is ready when every reflector of its namespace and every cluster-wide one ("") has listed once, or
+    when one of them is refused: a refresh that cannot read the children says so (`unreadable`, the reason
+    NamespaceUnreadable) instead of waiting. A namespace never waits for another's reflectors."""
 
     def __init__(self) -> None:
-        self._waiting: set[str] = set()
+        self._waiting: dict[str, str] = {}  # reflector name -> its namespace ("": every namespace)
+        self._refused: dict[str, tuple[str, str]] = {}  # reflector name -> (its namespace, the apiserver's message)
 
-    def expect(self, names: Iterable[str]) -> None:
-        self._waiting.update(names)
+    def expect(self, names: Iterable[str], namespace: str = "") -> None:
+        self._waiting.update(dict.fromkeys(names, namespace))
 
     def listed(self, name: str) -> bool:
-        """`name` completed a LIST. True when that opened the gate (it was the last one awaited)."""
+        """`name` completed a LIST (so it is not refused either). True when that opened its namespace's gate (it
+        was the last reflector of that namespace awaited, or a cluster-wide one was)."""
+        self._refused.pop(name, None)
         if name not in self._waiting:
             return False
-        self._waiting.discard(name)
-        return not self._waiting
+        namespace = self._waiting.pop(name)
+        return not any(namespace == "" or ns in ("", namespace) for ns in self._waiting.values())
+
+    def refuse(self, name: str, namespace: str, message: str) -> bool:
+        """`name`'s LIST or watch is refused. True when it was not refused before."""
+        new = name not in self._refused
+        self._refused[name] = (namespace, message)
+        return new
+
+    def readable(self, name: str) -> bool:
+        """`name`'s LIST or watch went through again. True when it was refused."""
+        return self._refused.pop(name, None) is not None
+
+    def unreadable(self, namespace: str) -> str:
+        """Why the objects of `namespace` cannot be read (the refused reflectors and the apiserver's messages);
+        "" when they can."""
+        return "; ".join(f"{n}: {m}" for n, (ns, m) in sorted(self._refused.items()) if ns in ("", namespace))
 
     def ready(self, key: Key | None = None) -> bool:
-        """Every key at once: the gate is open."""
-        return not self._waiting
+        """Whether a refresh of `key` may run (None: of every key): nothing it depends on is still waiting for a
+        first LIST, except a refused reflector (the refresh says so)."""
+        return not any(
+            name not in self._refused and (key is None or ns in ("", key[0])) for name, ns in self._waiting.items()
+        )
 
     def waiting(self) -> int:
         return len(self._waiting)
+
+    def refused(self) -> list[str]:
+        """The refused reflectors' names (sorted)."""
+        return sorted(self._refused)
 
 
 def labels_match(labels: dict[str, str], selector: dict[str, Any], present: object) -> bool:

@@ -107,6 +107,7 @@ class _Context:
         self.gate = cache.ListGate()
         self.reflectors: list[reflector.Reflector] = []
         self.list_stamps: dict[str, int] = {}  # reflector name -> its cache's stamp when its LIST began
+        self.event_tasks: set[asyncio.Task] = set()  # Events about the operator itself, being posted
 
 
 CTX = _Context()
@@ -136,6 +137,25 @@ def _mark(namespace: str, name: str) -> None:
     CTX.queue.mark((namespace, name))
 
 
+# The labels and annotations the operator reads of a child (the owner key, drift of the rendered labels, the
+# template hash, the rollout budget's generation): only these are cached, so that whoever can label a pod cannot
+# grow the operator's memory with annotations (issue 38). A longer value than any the operator writes is dropped.
+KEPT_LABELS = frozenset(render.labels("-"))
+KEPT_ANNOTATIONS = frozenset({render.ANNOTATION_TEMPLATE_HASH, rolloutbudget.ANNOTATION_GENERATION})
+KEPT_VALUE_MAX = 256
+
+
+def kept(values: Mapping[str, Any] | None, keys: frozenset[str]) -> dict[str, str]:
+    """Of a label or annotation map, the entries the operator reads."""
+    return {k: v for k, v in (values or {}).items() if k in keys and isinstance(v, str) and len(v) <= KEPT_VALUE_MAX}
+
+
+def _controller_ref(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The controller's ownerReference only (ownership.conflict reads nothing else)."""
+    ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    return [] if ref is None else [{k: ref.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}]
+
+
 def _pod_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
@@ -145,8 +165,8 @@ def _pod_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
             "namespace": meta.get("namespace"),
             "uid": meta.get("uid"),
             "creationTimestamp": meta.get("creationTimestamp"),
-            "labels": dict(meta.get("labels") or {}),
-            "annotations": dict(meta.get("annotations") or {}),
+            "labels": kept(meta.get("labels"), KEPT_LABELS),
+            "annotations": kept(meta.get("annotations"), KEPT_ANNOTATIONS),
             "deletionTimestamp": meta.get("deletionTimestamp"),
         },
         # init container names: an init container without a status yet still counts; what the containers
@@ -179,9 +199,9 @@ def _child_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
             "uid": meta.get("uid"),
-            "labels": dict(meta.get("labels") or {}),
-            "annotations": dict(meta.get("annotations") or {}),
-            "ownerReferences": list(meta.get("ownerReferences") or []),
+            "labels": kept(meta.get("labels"), KEPT_LABELS),
+            "annotations": kept(meta.get("annotations"), KEPT_ANNOTATIONS),
+            "ownerReferences": _controller_ref(meta),
         },
         "spec": dict(body.get("spec") or {}),
         "status": {"conditions": list((body.get("status") or {}).get("conditions") or [])},
@@ -238,10 +258,11 @@ def apply_serving_change(change: ServingChange) -> None:
     CTX.llmservings.put_packed(change.uid, change.key, change.packed)
 
 
-def _gate_opened() -> None:
-    """Every child kind was listed once: refresh every LLMServing."""
+def _mark_namespace(namespace: str) -> None:
+    """Mark every cached LLMServing of `namespace` ("": of every namespace)."""
     for key in CTX.llmservings:
-        _mark(*key)
+        if namespace in ("", key[0]):
+            _mark(*key)
 
 
 # (kind, selector, what is kept of one object): the children kinds a status is computed from
@@ -354,8 +375,75 @@ def _synced(r: reflector.Reflector, uids: set[str]) -> None:
             if r.kind != api.KIND:  # its child is missing: the refresh says so and re-applies it (an LLMServing
                 _mark(*key)  # gone is forgotten by the controller)
     if CTX.gate.listed(r.name):
-        log.info("caches in sync: every child kind listed")
-        _gate_opened()
+        log.info("caches in sync: every child kind listed in %s", r.namespace or "every namespace")
+        _mark_namespace(r.namespace)
+
+
+def _unreadable_metric(r: reflector.Reflector) -> str:
+    return f'ovserve_operator_reflector_refused{{kind="{r.kind}",namespace="{r.namespace}"}}'
+
+
+def _refused(r: reflector.Reflector, message: str) -> None:
+    """On the loop: `r`'s LIST or watch is refused. Its namespace is degraded, never the others: their refreshes
+    run (the gate does not wait for it), its LLMServings' statuses say NamespaceUnreadable (when they can be read
+    and written), and a metric, a log line and an Event on the operator's Lease say so."""
+    CTX.health.inc("ovserve_operator_reflector_refusals_total")
+    CTX.health.counters[_unreadable_metric(r)] = 1.0
+    if CTX.gate.refuse(r.name, r.namespace, message):
+        CTX.health.unreadable = CTX.gate.refused()
+        log.warning(
+            "%s: refused (%s): that namespace is degraded (NamespaceUnreadable), the others go on", r.name, message
+        )
+        _post_operator_event("Warning", reasons.NAMESPACE_UNREADABLE, f"{r.name}: {message}")
+    _mark_namespace(r.namespace)
+
+
+def _readable(r: reflector.Reflector) -> None:
+    """On the loop: `r`'s LIST or watch goes through again."""
+    if CTX.gate.readable(r.name):
+        CTX.health.counters[_unreadable_metric(r)] = 0.0
+        CTX.health.unreadable = CTX.gate.refused()
+        log.info("%s: readable again", r.name)
+        _post_operator_event("Normal", reasons.NAMESPACE_READABLE_EVENT, f"{r.name}: readable again")
+        _mark_namespace(r.namespace)
+
+
+def _post_operator_event(kind: str, reason: str, message: str) -> None:
+    """An Event about the operator itself, on its Lease (in its own namespace: a refused namespace may not take
+    one). Best effort: a failure is logged."""
+    settings = CTX.settings
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{settings.lease_name}.", "namespace": settings.lease_namespace},
+        "involvedObject": {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "name": settings.lease_name,
+            "namespace": settings.lease_namespace,
+        },
+        "type": kind,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": "ovserve-operator"},
+        "reportingComponent": "ovserve-operator",
+        "reportingInstance": settings.identity[:128],
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+    async def post() -> None:
+        try:
+            await _call(CTX.io_pool, _kube().create_event, settings.lease_namespace, body)
+            CTX.health.inc(f'ovserve_operator_events_total{{type="{kind}",reason="{reason}"}}')
+        except Exception as e:
+            log.warning("posting the %s Event on the operator's Lease failed: %s", reason, error_text(e))
+
+    task = asyncio.get_running_loop().create_task(post(), name=f"event {reason}")
+    CTX.event_tasks.add(task)  # a task nobody holds may be collected before it ran
+    task.add_done_callback(CTX.event_tasks.discard)
 
 
 class _LoopSink:
@@ -376,10 +464,17 @@ class _LoopSink:
     def event(self, r: reflector.Reflector, event_type: str, obj: dict[str, Any]) -> None:
         self.loop.call_soon_threadsafe(_guarded, apply_change, (to_change(r.kind, event_type, obj),))
 
+    # in the loop's order: `readable` is taken before the pages and events that follow it
+    def refused(self, r: reflector.Reflector, message: str) -> None:
+        self.loop.call_soon_threadsafe(_guarded, _refused, (r, message))
+
+    def readable(self, r: reflector.Reflector) -> None:
+        self.loop.call_soon_threadsafe(_guarded, _readable, (r,))
+
 
 def _start_reflectors(kube: Kube, namespaces: tuple[str, ...]) -> list[reflector.Reflector]:
     """One reflector per kind (the LLMServings and each child kind) and watched namespace (one for all
-    namespaces when cluster-wide). The gate waits for the children's first LISTs."""
+    namespaces when cluster-wide). The gate waits for the children's first LISTs, each namespace for its own."""
     sink = _LoopSink(asyncio.get_running_loop())
     kinds = {api.KIND: (api.API_VERSION, {}), **{k: (v, sel) for k, (v, sel, _) in CHILD_KINDS.items()}}
     out = []
@@ -387,7 +482,8 @@ def _start_reflectors(kube: Kube, namespaces: tuple[str, ...]) -> list[reflector
         for ns in namespaces or ("",):
             list_fn = reflector.list_function(kube, api_version, kind, ns)
             out.append(reflector.Reflector(kind, ns, cache.label_selector(selector, kopf.PRESENT), list_fn, sink))
-    CTX.gate.expect(r.name for r in out if r.kind != api.KIND)
+    for ns in namespaces or ("",):
+        CTX.gate.expect((r.name for r in out if r.kind != api.KIND and r.namespace == ns), ns)
     for r in out:
         r.start()
     return out
@@ -693,6 +789,14 @@ async def refresh(
     meta = obj["metadata"]
     key, uid = (meta["namespace"], meta["name"]), meta.get("uid") or ""
     memory = CTX.memories.of(key, uid)
+    if why := CTX.gate.unreadable(key[0]):  # nothing applied, nothing computed from a cache that cannot refresh
+        result = status.unreadable_status(
+            generation=meta.get("generation"),
+            message=why,
+            previous=memory.last_status or statusqueue.stored_status(obj, memory),
+            now=dt.datetime.now(dt.UTC),
+        )
+        return await _write_status(obj, result, memory, logger)
     try:
         typed: api.LLMServingSpec | ValidationError = api.parse_spec(dict(obj.get("spec") or {}))
     except ValidationError as e:
@@ -834,6 +938,20 @@ async def _status_pass(
             except Exception as e:
                 logger.warning("%s/%s: re-apply failed: %s", namespace, name, error_text(e))
 
+    return await _write_status(obj, result, memory, logger)
+
+
+async def _write_status(
+    obj: dict[str, Any],
+    result: status.Result,
+    memory: statusqueue.Memory,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> bool:
+    """Patch the status when it changed, and post the Events of its transitions. True when patched."""
+    meta = obj["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    key = (namespace, name)
+    current = statusqueue.stored_status(obj, memory)
     if not statusqueue.needs_patch(result.status, current, memory.last_status):
         return False
     kube = _kube()

@@ -24,6 +24,9 @@ class HealthState:
         self.heartbeat = time.monotonic()
         self.stale_after = stale_after
         self.counters: dict[str, float] = {}
+        # reflectors refused (401/403): their namespaces are degraded, not the operator (a restart cannot help, so
+        # liveness stays green; /healthz names them)
+        self.unreadable: list[str] = []
         self.lock = threading.Lock()
 
     def beat(self) -> None:
@@ -36,7 +39,8 @@ class HealthState:
     def healthy(self) -> tuple[bool, dict]:
         age = time.monotonic() - self.heartbeat
         ok = not (self.role == "leader" and self.kopf_running and age > self.stale_after)
-        return ok, {"role": self.role, "kopf": self.kopf_running, "heartbeatAgeSeconds": round(age, 1)}
+        info = {"role": self.role, "kopf": self.kopf_running, "heartbeatAgeSeconds": round(age, 1)}
+        return ok, {**info, "unreadable": list(self.unreadable)} if self.unreadable else info
 
 
 def serve(

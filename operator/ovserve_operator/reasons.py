@@ -77,6 +77,17 @@ CHILD_MISSING = _r(
     "the Service or Deployment of the LLMServing is gone (deleted by hand): named; the operator re-creates it "
     "within seconds (status.endpoint is absent while the Service is)",
 )
+NAMESPACE_UNREADABLE = _r(
+    "NamespaceUnreadable",
+    "Ready=Unknown, Event",
+    DEGRADED,
+    "the operator's LIST or watch of this namespace is refused (401/403, e.g. its RoleBinding deleted): what runs "
+    "is unknown, the rest of the last status is kept; the apiserver's message; the other namespaces go on (a "
+    "Warning Event on the operator's Lease too)",
+)
+NAMESPACE_READABLE_EVENT = _r(
+    "NamespaceReadable", "Event", None, "Normal, on the operator's Lease: a refused namespace is read again"
+)
 FAILED_CREATE = _r(
     "FailedCreate", "Ready", FAILED, "the Deployment cannot create pods (admission, quota): the Deployment's message"
 )

@@ -16,7 +16,12 @@ One `Reflector` per (kind, namespace) runs in a thread of its own (the client is
    no watch ran, and is dropped.
 2. WATCH from the LIST's resourceVersion, with bookmarks, for at most `WATCH_S`, then again from the last
    resourceVersion seen. A 410 Gone (that version is older than the apiserver keeps) starts over at 1.
-3. Any other error: the same step again after a back-off (1 s, doubling to 30 s).
+3. Any other error: the same step again after a back-off (1 s, doubling to 30 s). A refusal (401, 403: e.g. a
+   watched namespace deleted with its RoleBinding) is told to the sink once (`Sink.refused`), and that it went
+   through again (`Sink.readable`): the namespace is degraded, never the whole operator (cache.ListGate).
+
+The resourceVersion to watch from advances only after an event was handed over: an event whose handling raised
+is delivered again by the next watch, never skipped.
 
 `Sink` calls come from the reflector's thread; handlers.py reduces each object to its snapshot there, hands it
 to the event loop, and waits for each page to be taken, so a slow loop slows the LIST instead of piling pages
@@ -38,6 +43,7 @@ log = logging.getLogger(__name__)
 PAGE = 100  # objects per LIST page (a page of pods decodes to ~5 MiB of Python objects, freed page by page)
 WATCH_S = 300  # a watch request's timeoutSeconds: then the next one starts from the last resourceVersion
 BACKOFF_S = (1.0, 30.0)  # first and longest pause after an error
+REFUSED = frozenset({401, 403})  # a LIST or watch the apiserver refuses to this identity: retried, but told
 
 Obj = dict[str, Any]
 Action = Literal["event", "bookmark", "relist", "error"]
@@ -54,6 +60,13 @@ class Sink(Protocol):
 
     def event(self, reflector: Reflector, event_type: str, obj: Obj) -> None:
         """One watch event: ADDED, MODIFIED or DELETED."""
+
+    def refused(self, reflector: Reflector, message: str) -> None:
+        """Its LIST or watch is refused (`REFUSED`; the apiserver's message): retried with back-off meanwhile.
+        Told again only when the message changes."""
+
+    def readable(self, reflector: Reflector) -> None:
+        """A LIST or watch went through after `refused` (before any page or event of it is handed over)."""
 
 
 def classify(event: Obj) -> Action:
@@ -94,6 +107,7 @@ class Reflector:
         self.list_fn, self.sink, self.page = list_fn, sink, page
         self.resource_version: str | None = None  # where the next watch starts; None: LIST first
         self.lists = 0  # LISTs completed (1 after the start; more after a 410)
+        self.refusal: str | None = None  # the apiserver's message while its LIST or watch is refused
         self.stop = threading.Event()
         self._response: Any = None
         self._thread: threading.Thread | None = None
@@ -113,6 +127,7 @@ class Reflector:
             if token:
                 kwargs["_continue"] = token
             page = self._get(**kwargs)
+            self._went_through()
             items = page.get("items") or []
             uids.update((i.get("metadata") or {}).get("uid") or "" for i in items)
             self.sink.listed(self, items, first)
@@ -137,6 +152,7 @@ class Reflector:
             _request_timeout=(10, WATCH_S + 30),
         )
         self._response = response
+        self._went_through()
         try:
             for event in json_lines(response.stream(amt=None, decode_content=False)):
                 if self.stop.is_set():
@@ -147,9 +163,10 @@ class Reflector:
                     raise Gone(obj.get("message") or "410 Gone")
                 if action == "error":
                     raise RuntimeError(f"watch error: {obj.get('message') or event}")
-                self.resource_version = resource_version(obj) or self.resource_version
                 if action == "event":
                     self.sink.event(self, event["type"], obj)
+                # only now that it was handed over: if that raised, the next watch starts before this event
+                self.resource_version = resource_version(obj) or self.resource_version
         finally:
             self._response = None
             response.close()
@@ -171,9 +188,21 @@ class Reflector:
                     log.info("%s: %s: listing again", self.name, error_text(e))
                     self.resource_version = None
                     continue
+                if (code := error_status(e)) in REFUSED:
+                    self._refused(f"HTTP {code}: {error_text(e) or type(e).__name__}")
                 pause = next_backoff(pause)
                 log.warning("%s: %s: again in %.0f s", self.name, error_text(e) or type(e).__name__, pause)
                 self.stop.wait(pause)
+
+    def _refused(self, message: str) -> None:
+        if message != self.refusal:
+            self.refusal = message
+            self.sink.refused(self, message)
+
+    def _went_through(self) -> None:
+        if self.refusal is not None:
+            self.refusal = None
+            self.sink.readable(self)
 
     # --------------------------------------------------------------------------- thread
     def start(self) -> None:

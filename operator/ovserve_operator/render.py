@@ -270,12 +270,9 @@ def _draft_volume(name: str, spec: api.LLMServingSpec, settings: Settings) -> tu
             mount["subPath"] = src.pvc.path
         return None, mount
     if src.hostPath is not None:
-        # DirectoryOrCreate: a missing draft serves without speculation (DraftModelNotFound), not a pod that
-        # cannot start
-        volume: dict[str, Any] = {
-            "name": DRAFT_VOLUME,
-            "hostPath": {"path": src.hostPath.path, "type": "DirectoryOrCreate"},
-        }
+        # Directory, as the model's: DirectoryOrCreate would let a spec create directories (as root) on the node;
+        # a missing draft is a pod that cannot mount it, ModelNotFound naming the draft (rules.model_missing)
+        volume: dict[str, Any] = {"name": DRAFT_VOLUME, "hostPath": {"path": src.hostPath.path, "type": "Directory"}}
     elif src.pvc is not None:
         volume = {"name": DRAFT_VOLUME, "persistentVolumeClaim": {"claimName": src.pvc.claimName, "readOnly": True}}
         if src.pvc.path:

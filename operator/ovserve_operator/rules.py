@@ -21,6 +21,7 @@ from . import podview
 from . import reasons as R
 from . import spec as api
 from .podview import InitPhase, InitState
+from .render import DRAFT_VOLUME
 
 Finding = tuple[str, str]  # (reason, message)
 Rule = Callable[["Facts"], Finding | None]
@@ -145,6 +146,13 @@ class Facts:
         return "the model"
 
     @property
+    def draft_source(self) -> str:
+        """The speculative draft's hostPath as the user wrote it, for messages."""
+        sp = self.spec.speculative if self.spec else None
+        host = sp.draftModel.hostPath if sp is not None and sp.draftModel is not None else None
+        return f"draft model hostPath {host.path}" if host is not None else "the draft model"
+
+    @property
     def why_unresolved(self) -> str:
         """Why no current pod says its pipeline yet (reason of PipelineResolved/Fallback Unknown): the
         Ready reason when it names a Pending or Failed cause, else Loading."""
@@ -263,9 +271,11 @@ def model_missing(f: Facts) -> Finding | None:
                 f'claim "{claim}" not found in namespace {f.namespace} ({f.source}): {p.unschedulable}',
             )
         if p.mount_failure and "hostPath type check failed" in p.mount_failure:
+            # the draft's volume is mounted `Directory` too (render.draft_volume): name the one that is missing
+            source = f.draft_source if f'volume "{DRAFT_VOLUME}"' in p.mount_failure else f.source
             return (
                 R.MODEL_NOT_FOUND,
-                f"{f.source} does not exist on the node (or is not a directory): {p.mount_failure}",
+                f"{source} does not exist on the node (or is not a directory): {p.mount_failure}",
             )
         if p.waiting and p.waiting[0] in BROKEN_WAITING and "subPath" in p.waiting[1]:
             return R.MODEL_NOT_FOUND, f"{f.source}: {p.name}: {p.waiting[1]}"

@@ -376,6 +376,33 @@ def invalid_spec_status(
     return compute_from(f, previous=previous, now=now)
 
 
+def unreadable_status(
+    *, generation: int | None, message: str, previous: Mapping[str, Any] | None, now: dt.datetime
+) -> Result:
+    """The operator cannot read this namespace's children (its LIST or watch is refused): what runs is unknown.
+    Ready turns Unknown, NamespaceUnreadable with the apiserver's message; the rest of the last status is kept
+    (never a 0/N computed from a cache that cannot be refreshed)."""
+    previous = previous or {}
+    stamp = timestamp(now)
+    ready = api.Condition(
+        type=READY,
+        status=api.ConditionStatus.UNKNOWN,
+        observedGeneration=generation,
+        lastTransitionTime=stamp,
+        reason=R.NAMESPACE_UNREADABLE,
+        message=f"the operator cannot read this namespace: {message}"[:32768],
+    )
+    (ready,) = _with_transition_times([ready], previous.get("conditions"))
+    others = [c for c in previous.get("conditions") or [] if c.get("type") != READY]
+    status = {
+        **previous,
+        "phase": R.phase_of(ready.status.value, ready.reason).value,
+        "computedAt": stamp,
+        "conditions": [ready.model_dump(mode="json"), *others],
+    }
+    return Result(status=status, events=events_for(previous, status))
+
+
 def _cond(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any]:
     return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), {})
 
@@ -386,6 +413,7 @@ def _changed(prev: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 _WARN_READY = R.FAILED_REASONS | {
     R.CHILD_MISSING,
+    R.NAMESPACE_UNREADABLE,
     R.DEGRADED_REASON,
     R.UNSCHEDULABLE,
     R.PODS_DISAGREE,

@@ -169,35 +169,125 @@ def test_a_child_change_reaches_the_loop_packed_and_reads_back_as_its_snapshot(c
     assert handlers.child_change("Pod", "DELETED", body).packed == b""
 
 
-# steps: ("expect", [names]) | ("listed", name); then whether the gate is open, and what the last step returned
+# Only what the operator reads of a child's labels and annotations is cached (issue 38): whoever can create a pod
+# with the runtime's labels must not grow the operator's memory with annotations or labels of their own.
+HUGE = "x" * 100_000
+OURS = {render.ANNOTATION_TEMPLATE_HASH: "abc123", "ovserve.dev/generation": "3"}
+
+
+def _hostile(kind: str) -> dict:
+    body = pod("u", "a")
+    body["apiVersion"], body["kind"] = ("v1", kind) if kind != "Deployment" else ("apps/v1", kind)
+    meta = body["metadata"]
+    meta["labels"].update({render.LABEL_INSTANCE: "a", "team": "x", **{f"l{i}": "v" for i in range(100)}})
+    meta["annotations"] = {**OURS, "big": HUGE, render.LABEL_OWNER: "a", **{f"a{i}": "v" for i in range(100)}}
+    meta["ownerReferences"] = [
+        {"apiVersion": "ovserve.dev/v1alpha1", "kind": "LLMServing", "name": "a", "uid": "o", "controller": True},
+        *({"apiVersion": "v1", "kind": "ConfigMap", "name": f"c{i}", "uid": f"c{i}"} for i in range(50)),
+    ]
+    return body
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment", "Service"])
+def test_a_snapshot_keeps_only_the_labels_and_annotations_the_operator_reads(kind):
+    snap = handlers.CHILD_KINDS[kind][2](_hostile(kind))
+    meta = snap["metadata"]
+    assert meta["labels"] == {
+        render.LABEL_MANAGED_BY: render.MANAGED_BY,
+        render.LABEL_COMPONENT: "runtime",
+        render.LABEL_OWNER: "a",
+        render.LABEL_INSTANCE: "a",
+    }
+    assert meta["annotations"] == OURS
+    if kind != "Pod":  # ownership.conflict reads the controller's reference only
+        assert meta["ownerReferences"] == [_hostile(kind)["metadata"]["ownerReferences"][0]]
+    assert len(cache.pack(snap)) < 2_000
+
+
+def test_an_annotation_of_ours_longer_than_any_the_operator_writes_is_not_kept():
+    body = _hostile("Pod")
+    body["metadata"]["annotations"][render.ANNOTATION_TEMPLATE_HASH] = HUGE
+    assert render.ANNOTATION_TEMPLATE_HASH not in handlers._pod_snapshot(body)["metadata"]["annotations"]
+
+
+# steps: ("expect", [names][, namespace]) | ("listed", name) | ("refuse", name, namespace) | ("readable", name);
+# then whether keys A (namespace "ns") and C (namespace "other") are ready, and what the last step returned
 LIST_GATE = {
-    "nothing expected: open": ([], True, None),
-    "closed until every reflector listed once": ([("expect", ["Pod", "Service"]), ("listed", "Pod")], False, False),
+    "nothing expected: open": ([], True, True, None),
+    "closed until every reflector listed once": (
+        [("expect", ["Pod", "Service"]), ("listed", "Pod")],
+        False,
+        False,
+        False,
+    ),
     "the last LIST opens it (once)": (
         [("expect", ["Pod", "Service"]), ("listed", "Pod"), ("listed", "Service")],
+        True,
         True,
         True,
     ),
     "a later LIST (after a 410) changes nothing": (
         [("expect", ["Pod"]), ("listed", "Pod"), ("listed", "Pod")],
         True,
+        True,
         False,
     ),
-    "an unknown name does not open it": ([("expect", ["Pod"]), ("listed", "Deployment")], False, False),
+    "an unknown name does not open it": ([("expect", ["Pod"]), ("listed", "Deployment")], False, False, False),
+    # issue 38: one namespace never waits for another's reflectors
+    "each namespace waits for its own reflectors only": (
+        [("expect", ["Pod in ns"], "ns"), ("expect", ["Pod in other"], "other"), ("listed", "Pod in other")],
+        False,
+        True,
+        True,
+    ),
+    "a refused reflector holds nothing back: its namespace's refresh says so": (
+        [("expect", ["Pod in ns"], "ns"), ("expect", ["Pod in other"], "other"), ("refuse", "Pod in other", "other")],
+        False,
+        True,
+        True,
+    ),
+    "readable again: its namespace waits for its LIST again": (
+        [("expect", ["Pod in other"], "other"), ("refuse", "Pod in other", "other"), ("readable", "Pod in other")],
+        True,
+        False,
+        True,
+    ),
+    "a cluster-wide reflector holds every namespace": (
+        [("expect", ["Pod in ns"], "ns"), ("expect", ["Pod in every namespace"], ""), ("listed", "Pod in ns")],
+        False,
+        False,
+        False,
+    ),
 }
 
 
-@pytest.mark.parametrize("steps,open_,last", list(LIST_GATE.values()), ids=list(LIST_GATE))
-def test_list_gate(steps, open_, last):
+@pytest.mark.parametrize("steps,ready_a,ready_c,last", list(LIST_GATE.values()), ids=list(LIST_GATE))
+def test_list_gate(steps, ready_a, ready_c, last):
     gate = cache.ListGate()
     result = None
     for step in steps:
         if step[0] == "expect":
-            gate.expect(step[1])
-        else:
+            gate.expect(step[1], *step[2:])
+        elif step[0] == "listed":
             result = gate.listed(step[1])
-    assert gate.ready(A) is open_ and gate.ready() is open_
+        elif step[0] == "refuse":
+            result = gate.refuse(step[1], step[2], "HTTP 403: forbidden")
+        else:
+            result = gate.readable(step[1])
+    assert (gate.ready(A), gate.ready(C)) == (ready_a, ready_c)
     assert result is last
+
+
+def test_unreadable_names_the_refused_reflectors_of_a_namespace_and_the_cluster_wide_ones():
+    gate = cache.ListGate()
+    assert gate.refuse("Pod in other", "other", "HTTP 403: pods is forbidden")
+    assert not gate.refuse("Pod in other", "other", "HTTP 403: pods is forbidden")  # told once
+    assert gate.unreadable("other") == "Pod in other: HTTP 403: pods is forbidden" and gate.unreadable("ns") == ""
+    gate.refuse("LLMServing in every namespace", "", "HTTP 401: Unauthorized")
+    assert gate.unreadable("ns") == "LLMServing in every namespace: HTTP 401: Unauthorized"
+    assert gate.refused() == ["LLMServing in every namespace", "Pod in other"]
+    gate.listed("Pod in other")  # a complete LIST: readable
+    assert gate.unreadable("other") == "LLMServing in every namespace: HTTP 401: Unauthorized"
 
 
 def _reflector(kind: str, namespace: str = "") -> reflector.Reflector:
@@ -354,3 +444,62 @@ def test_children_current(changes, spec, deployment, service, want):
         assert handlers._children_current(A, UID, api.parse_spec(spec)) is want
     finally:
         handlers.CTX.settings, handlers.CTX.deployments, handlers.CTX.services = saved
+
+
+# ------------------------------------------------------------------ a refused namespace degrades that one only
+
+
+class _EventSink:
+    """Kube.create_event only: the Events the operator posts about itself (on its Lease)."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str, str, str]] = []
+
+    def create_event(self, namespace: str, body: dict) -> None:
+        self.posted.append((namespace, body["type"], body["reason"], body["involvedObject"]["kind"]))
+
+
+def test_a_refused_namespace_degrades_that_namespace_only(ctx):
+    """Issue 38: a watched namespace deleted with its RoleBinding refuses its LISTs for ever. The other namespace's
+    LLMServings are refreshed once their own LISTs are done; the refused one's are marked (their refresh says
+    NamespaceUnreadable); a metric, /healthz and an Event on the operator's Lease say which; readable again, all
+    of that is undone."""
+
+    async def scenario() -> None:
+        saved = handlers.CTX.kube
+        handlers.CTX.kube = sink = _EventSink()  # type: ignore[assignment]
+        try:
+            ns_pods, other_pods = _reflector("Pod", "ns"), _reflector("Pod", "other")
+            ctx.llmservings.put("s-a", A, {})
+            ctx.llmservings.put("s-c", C, {})
+            ctx.gate.expect([ns_pods.name], "ns")
+            ctx.gate.expect([other_pods.name], "other")
+            ctx.queue.dirty.clear()
+            handlers._refused(other_pods, "HTTP 403: pods is forbidden")
+            handlers._refused(other_pods, "HTTP 403: pods is forbidden")  # every retry: counted, told once
+            assert ctx.queue.dirty == {C} and ctx.gate.ready(C) and not ctx.gate.ready(A)
+            assert "forbidden" in ctx.gate.unreadable("other") and not ctx.gate.unreadable("ns")
+            handlers._listed(ns_pods, [], True)
+            handlers._synced(ns_pods, set())
+            assert ctx.gate.ready(A) and ctx.queue.dirty == {A, C}
+            metric = 'ovserve_operator_reflector_refused{kind="Pod",namespace="other"}'
+            assert handlers.CTX.health.counters[metric] == 1.0
+            assert handlers.CTX.health.healthy() == (
+                True,
+                {**handlers.CTX.health.healthy()[1], "unreadable": [other_pods.name]},
+            )
+            await asyncio.sleep(0.2)
+            assert sink.posted == [("default", "Warning", "NamespaceUnreadable", "Lease")]
+
+            ctx.queue.dirty.clear()
+            handlers._readable(other_pods)
+            assert ctx.queue.dirty == {C} and not ctx.gate.unreadable("other")
+            assert not ctx.gate.ready(C)  # its LIST is awaited again
+            assert handlers.CTX.health.counters[metric] == 0.0 and "unreadable" not in handlers.CTX.health.healthy()[1]
+            await asyncio.sleep(0.2)
+            assert sink.posted[1:] == [("default", "Normal", "NamespaceReadable", "Lease")]
+        finally:
+            handlers.CTX.kube = saved
+            handlers.CTX.health.unreadable = []
+
+    asyncio.run(scenario())

@@ -113,8 +113,8 @@ def test_draft_volume_and_download(source, volume_key, init):
     t = render.pod_template("llm", spec({"draftModel": source}), Settings(allow_host_path=True))
     vol = next(v for v in t["spec"]["volumes"] if v["name"] == render.DRAFT_VOLUME)
     assert volume_key in vol
-    if volume_key == "hostPath":  # a missing draft falls back in the runtime; the pod still starts
-        assert vol["hostPath"]["type"] == "DirectoryOrCreate"
+    if volume_key == "hostPath":  # as the model's: DirectoryOrCreate would let a spec create node directories
+        assert vol["hostPath"]["type"] == "Directory"
     mount = next(m for m in t["spec"]["containers"][0]["volumeMounts"] if m["name"] == render.DRAFT_VOLUME)
     assert mount["mountPath"] == "/models/llm-draft" and mount["readOnly"]
     inits = [c["name"] for c in t["spec"].get("initContainers", [])]
@@ -226,3 +226,29 @@ def test_absent_without_spec_speculative():
     )
     assert r.status.get("speculative") is None
     assert all(c["type"] != "SpeculativeDecoding" for c in r.status["conditions"])
+
+
+def _draft_volume_refused(volume: str) -> str:
+    return f'MountVolume.SetUp failed for volume "{volume}" : hostPath type check failed: /x is not a directory'
+
+
+@pytest.mark.parametrize(
+    "volume,names",
+    [(render.DRAFT_VOLUME, "draft model hostPath /models/tiny-llm-draft"), ("model", "hostPath /models/tiny-llm")],
+    ids=["draft-missing", "model-missing"],
+)
+def test_a_missing_hostpath_names_the_volume_that_is_missing(volume, names):
+    """The draft is mounted `Directory` (issue 38): a missing one is a pod that cannot mount it, and Ready says
+    which of the two hostPaths is missing."""
+    from ovserve_operator import rules
+
+    facts = rules.Facts(
+        name="llm",
+        namespace="ns",
+        generation=1,
+        spec=spec({"draftModel": DRAFT}),
+        pods=(rules.PodFacts("llm-0", True, False, False, None, mount_failure=_draft_volume_refused(volume)),),
+    )
+    status, reason, message = rules.evaluate(rules.READY_CHAIN, facts)
+    assert (status, reason) == (api.ConditionStatus.FALSE, "ModelNotFound")
+    assert message.startswith(f"{names} does not exist on the node")

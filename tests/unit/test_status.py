@@ -629,3 +629,26 @@ def test_status_patch(new, old, patch):
 def test_same_ignores_nulls():
     assert st.same({"a": None, "b": {"c": None, "d": 1}}, {"b": {"d": 1}})
     assert not st.same({"a": 1}, {"a": 2})
+
+
+def test_an_unreadable_namespace_turns_ready_unknown_and_keeps_the_rest_of_the_status():
+    """Issue 38: the children of a refused namespace cannot be read: Ready Unknown NamespaceUnreadable with the
+    apiserver's message, a Warning once; what was last known (replicas, pipeline, the other conditions) stays,
+    never a 0/N computed from a cache that cannot be refreshed."""
+    ready = compute([pod("p0")], {"p0": CB_READY}).status
+    assert cond(ready, "Ready")["status"] == "True" and ready["readyReplicas"] == 1
+    why = "Pod in ns: HTTP 403: pods is forbidden"
+    first = st.unreadable_status(generation=3, message=why, previous=ready, now=LATER)
+    s = first.status
+    assert (cond(s, "Ready")["status"], cond(s, "Ready")["reason"]) == ("Unknown", "NamespaceUnreadable")
+    assert why in cond(s, "Ready")["message"] and cond(s, "Ready")["lastTransitionTime"] == st.timestamp(LATER)
+    assert s["phase"] == "Degraded" and s["computedAt"] == st.timestamp(LATER)
+    assert cond(s, "PipelineResolved") == cond(ready, "PipelineResolved") and s["readyReplicas"] == 1
+    assert s["pipeline"] == ready["pipeline"] and s["observedGeneration"] == ready["observedGeneration"]
+    assert [(e.type, e.reason) for e in first.events] == [("Warning", "NamespaceUnreadable")]
+    api.LLMServingStatus.model_validate(s)
+    again = st.unreadable_status(generation=3, message=why, previous=s, now=LATER + dt.timedelta(minutes=1))
+    assert again.events == [] and cond(again.status, "Ready")["lastTransitionTime"] == st.timestamp(LATER)
+    # no status yet (the LLMServing was created while its namespace was refused): Ready alone
+    fresh = st.unreadable_status(generation=1, message=why, previous=None, now=NOW).status
+    assert [c["type"] for c in fresh["conditions"]] == ["Ready"] and fresh["phase"] == "Degraded"
