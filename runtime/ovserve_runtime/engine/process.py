@@ -23,6 +23,11 @@ policy that wake-up preempts the engine's step loop on a busy machine (a 50 us w
 16 streams on 2 cores, a third of a step).
 The child dies with its parent (PR_SET_PDEATHSIG, and EOF on the pipe); when the child dies, the engine
 turns fatal: readiness says 503, pending requests get an error, new ones are refused.
+
+One request's fault stays its own on both sides: the HTTP side writes to the pipe from a thread (PipeWriter: the
+child reads only between steps, and a full pipe must not block the event loop) and delivers each request's
+events on their own (request.deliver_batch); the child applies each message on its own (ChildServer: a bad one
+is logged and answers its request with an error) and forgets a request on its last event.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import ctypes
 import logging
 import multiprocessing as mp
 import os
+import queue
 import select
 import signal
 import threading
@@ -44,8 +50,8 @@ from ..report import PipelineType
 from .client import EngineClient
 from .core import CBCore, Core
 from .pipelines import SchedulerOptions
-from .request import EngineError, GenRequest, deliver, deliver_batch
-from .wire import config_from_dict, config_to_dict, recv, send
+from .request import EngineError, GenRequest, deliver_batch
+from .wire import config_from_dict, config_to_dict, encode, recv, send
 
 log = logging.getLogger("ovserve.engine_core")
 
@@ -66,22 +72,29 @@ class PipeSink:
     """The engine-core process's Outbox (core.Outbox): a step's events as one message on the pipe, keyed by the
     ids the HTTP process gave its requests, with the core's counters."""
 
-    def __init__(self, conn) -> None:
+    def __init__(self, conn, finished: Any = None) -> None:
         self.conn = conn
         self.out: list[tuple[int, str, Any]] = []
         self.announced = 0  # from the latest "add" or "preparing": requests the HTTP side is still parsing
         self.lock = threading.Lock()
+        # told a request's id on its last event (the child forgets it, and its prompt tensor, at once)
+        self.finished = finished
 
     def emit(self, req: GenRequest, kind: str, value: Any) -> None:
         req.record(kind)
         self.out.append((req.id, kind, value))
+        if kind != "tokens" and self.finished is not None:
+            self.finished(req.id)
+
+    @staticmethod
+    def stats(c: Core) -> tuple:
+        return (c.waiting, c.running, c.cache_usage(), c.cache_bytes(), *c.spec_counts)
 
     def flush(self, core: Core) -> None:
         out, self.out = self.out, []
         if out:
-            c = core
             # the pipe write releases the GIL: the receiver thread takes in new requests there
-            self.send(("step", out, (c.waiting, c.running, c.cache_usage(), c.cache_bytes(), *c.spec_counts)))
+            self.send(("step", out, self.stats(core)))
         else:
             time.sleep(0)  # let the receiver thread take in new requests
 
@@ -136,6 +149,7 @@ def core_main(
         pipe = construct_cb(path, device, opts, props, sc)
         sink = PipeSink(conn)
         core = CBCore(pipe, PipelineType(kind), sink, max_active=opts.effective_max_num_seqs())
+        server = ChildServer(core, sink)
         if sc is not None:
             core.set_speculation(sc.generation_fields(), sc.counted)
     except Exception as exc:
@@ -145,41 +159,109 @@ def core_main(
     send(conn, ("ready", {"eos_token_id": base.eos_token_id, "stop_token_ids": set(base.stop_token_ids)}))
     core.on_fatal = lambda msg: sink.send(("fatal", msg))
     core.start()
-    import numpy as np
-    import openvino as ov
-
-    reqs: dict[int, GenRequest] = {}
     try:
-        while True:
-            msg = recv(conn)
-            if msg[0] == "add":
-                _, rid, ids, tensor, cfg, sink.announced = msg
-                req = GenRequest(
-                    config=config_from_dict(cfg),
-                    max_new_tokens=cfg["max_new_tokens"],
-                    input_ids=ov.Tensor(np.asarray([ids], dtype=np.int64)) if tensor else ids,
-                    id=rid,
-                    logprobs=cfg.get("logprobs", 0) > 0,
-                )
-                reqs[rid] = req
-                with contextlib.suppress(EngineError):  # the core failed: the parent has heard "fatal" and answers
-                    core.submit(req)
-            elif msg[0] == "preparing":
-                sink.announced = msg[1]
-            elif msg[0] == "cancel":
-                req = reqs.pop(msg[1], None)
-                if req is not None:
-                    core.cancel(req)
-            elif msg[0] == "echo":  # the parent's reader hands over to its event loop after this
-                sink.send(("echo",))
-            elif msg[0] == "stop":
-                break
-            if len(reqs) > 4096:  # forget finished requests (cancel of a finished one is a no-op)
-                reqs = {k: r for k, r in reqs.items() if not r.finished}
+        while server.handle(recv(conn)):
+            pass
     except (EOFError, OSError):
         pass  # the parent is gone
     core.stop()
     os._exit(0)
+
+
+class ChildServer:
+    """The engine-core child's side of the pipe: each message applied to the core on its own. A message that
+    cannot be applied (malformed, a config the pipeline refuses) is logged and, when it names a request,
+    answers that request with an error; the child and every other request go on. A request is forgotten on
+    its last event (PipeSink.finished), so nothing of it (its prompt tensor) outlives it here."""
+
+    def __init__(self, core: Core, sink: PipeSink) -> None:
+        self.core, self.sink = core, sink
+        self.reqs: dict[int, GenRequest] = {}  # the requests not yet finished, by the HTTP side's id
+        sink.finished = self._forget
+
+    def _forget(self, rid: int) -> None:
+        self.reqs.pop(rid, None)  # one dict operation: atomic between the core's thread and this one
+
+    def handle(self, msg: Any) -> bool:
+        """Apply one message; False once it says stop."""
+        try:
+            return self._apply(msg)
+        except Exception as exc:
+            kind = msg[0] if isinstance(msg, tuple) and msg else type(msg).__name__
+            log.exception("engine process: a %r message could not be applied", kind)
+            rid = msg[1] if isinstance(msg, tuple) and len(msg) > 1 and kind == "add" else None
+            if isinstance(rid, int) and not isinstance(rid, bool):
+                self._forget(rid)
+                error = f"the engine could not take the request: {type(exc).__name__}: {exc}".strip()
+                with contextlib.suppress(Exception):  # the core's figures unreadable: the parent keeps its last
+                    self.sink.send(("step", [(rid, "error", error)], PipeSink.stats(self.core)))
+            return True
+
+    def _apply(self, msg: Any) -> bool:
+        kind = msg[0]
+        if kind == "add":
+            import numpy as np
+            import openvino as ov
+
+            _, rid, ids, tensor, cfg, announced = msg
+            req = GenRequest(
+                config=config_from_dict(cfg),
+                max_new_tokens=cfg["max_new_tokens"],
+                input_ids=ov.Tensor(np.asarray([ids], dtype=np.int64)) if tensor else ids,
+                id=rid,
+                logprobs=cfg.get("logprobs", 0) > 0,
+            )
+            self.sink.announced = announced
+            self.reqs[rid] = req
+            try:
+                self.core.submit(req)
+            except EngineError:  # the core failed: the parent has heard "fatal" and answers
+                self._forget(rid)
+        elif kind == "preparing":
+            self.sink.announced = msg[1]
+        elif kind == "cancel":
+            req = self.reqs.pop(msg[1], None)
+            if req is not None:
+                self.core.cancel(req)
+        elif kind == "echo":  # the parent's reader hands over to its event loop after this
+            self.sink.send(("echo",))
+        elif kind == "stop":
+            return False
+        else:
+            raise ValueError(f"unknown message {kind!r}")
+        return True
+
+
+class PipeWriter:
+    """The HTTP side's writes to the engine process, off the caller's thread: the child reads its pipe only
+    between steps, so a write that fills the pipe would block the event loop for a step or more (a burst of
+    long prompts: many). Messages are pickled by the caller (in order, whatever thread sends) and written in
+    that order by one thread."""
+
+    def __init__(self, conn) -> None:
+        self._conn = conn
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.error: str | None = None  # set once a write failed: the process is gone
+        self._thread = threading.Thread(target=self._run, name="engine-core-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, data: bytes) -> None:
+        if self.error is not None:
+            raise EngineError(f"the engine process is gone: {self.error}")
+        self._queue.put(data)
+
+    def _run(self) -> None:
+        while (data := self._queue.get()) is not None:
+            try:
+                self._conn.send_bytes(data)
+            except (OSError, ValueError) as exc:  # the reader sees the same end and turns the engine fatal
+                self.error = str(exc) or type(exc).__name__
+                return
+
+    def close(self, timeout: float) -> None:
+        """Write what is queued (within `timeout`), then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
 
 
 # --- the HTTP side -----------------------------------------------------------------------------
@@ -239,6 +321,7 @@ class ProcessClient(EngineClient):
             raise RuntimeError(msg[1])
         self._base = msg[1]
         self._reader = threading.Thread(target=self._read, name="engine-core-reader", daemon=True)
+        self._writer = PipeWriter(self._conn)
 
     # --- what the HTTP side reads: the figures of the core's last step message ---
     def base_config(self):
@@ -290,6 +373,7 @@ class ProcessClient(EngineClient):
             self._send(("stop",))
         except (OSError, EngineError):
             pass
+        self._writer.close(10)
         self.proc.join(10)
         if self.proc.is_alive():
             self.proc.kill()
@@ -332,11 +416,8 @@ class ProcessClient(EngineClient):
                 pass
 
     def _send(self, msg) -> None:
-        try:
-            with self._lock:
-                send(self._conn, msg)
-        except (OSError, ValueError) as exc:
-            raise EngineError(f"the engine process is gone: {exc}") from exc
+        """Queue a message for the engine process (PipeWriter): never a blocking pipe write on the loop."""
+        self._writer.put(encode(msg))
 
     # --- reading the pipe: a thread until attach(), then the event loop ---
     def _read(self) -> None:
@@ -352,7 +433,7 @@ class ProcessClient(EngineClient):
                         if msg[0] == "step":
                             events = events + msg[1]
                     self._stats = msg[2] if msg[0] == "step" else self._stats
-                    self._dispatch(events)
+                    self._dispatch_safely(events)
                 if msg[0] == "echo":
                     with contextlib.suppress(RuntimeError):  # the loop closed: shutting down
                         self.loop.call_soon_threadsafe(self._take_over)
@@ -392,7 +473,7 @@ class ProcessClient(EngineClient):
         except (EOFError, OSError):
             reason = "the engine process exited"
         if events:
-            self._dispatch(events)
+            self._dispatch_safely(events)
         if reason is not None:
             self._on_loop = False
             self.loop.remove_reader(self._conn.fileno())
@@ -411,9 +492,20 @@ class ProcessClient(EngineClient):
             pending, self._reqs = list(self._reqs.values()), {}
         self._stats = (0, 0, None, None, *self._stats[4:])
         for req in pending:
-            req.emit("error", f"pipeline failed: {reason}")
+            try:
+                req.emit("error", f"pipeline failed: {reason}")
+            except Exception:  # one request's callback: the others still hear of the failure
+                log.exception("request %s: the pipeline's failure could not be delivered", req.id)
         if self.on_fatal is not None:
             self.on_fatal(reason)
+
+    def _dispatch_safely(self, events: list) -> None:
+        """_dispatch, whose failure (a bug: each request's delivery is isolated) is logged: the reader goes on
+        and a fatal read with these events is still handled."""
+        try:
+            self._dispatch(events)
+        except Exception:
+            log.exception("delivering a step's events failed")
 
     def _dispatch(self, events: list) -> None:
         batch, loop = [], self.loop
@@ -433,12 +525,14 @@ class ProcessClient(EngineClient):
                 req.record(kind)
                 rest.append((req, kind, value))
             else:  # the smoke probe, or a request from another loop
-                req.emit(kind, value)
+                try:
+                    req.emit(kind, value)
+                except Exception:
+                    log.exception("request %s: an event could not be delivered", req.id)
         if not rest:
             return
-        if self._on_loop:  # on the loop already
-            for req, kind, value in rest:
-                deliver(req, kind, value)
+        if self._on_loop:  # on the loop already: each request's delivery on its own
+            deliver_batch(loop, rest, None)
             return
         try:
             loop.call_soon_threadsafe(deliver_batch, loop, rest, None)

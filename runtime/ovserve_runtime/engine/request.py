@@ -4,17 +4,24 @@ Every core pushes a request's events through its transport; on the event loop th
     ("tokens", [ids...])   new generated token ids
     ("done", finish_reason) "stop" | "length" | "cancelled"
     ("error", message)      the request failed (the engine may still be healthy)
+
+Delivery isolates requests: an exception while one request's events are delivered (its sink: the stream's
+parser and writer) answers that request with an error and drops what comes for it after; the rest of the
+step's batch is delivered all the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("ovserve.engine")
 
 
 class EngineError(RuntimeError):
@@ -91,6 +98,7 @@ class GenRequest:
     sink: Callable[[list[int]], bool] | None = None
     # Off the event loop: a caller with no loop (the smoke generation) takes each event on the engine's thread
     on_event: Callable[[str, Any], None] | None = None
+    undeliverable: bool = False  # delivering an event raised: it was answered with an error, the rest is dropped
 
     def record(self, kind: str) -> None:
         """Bookkeeping done on the engine thread when an event is produced."""
@@ -113,16 +121,34 @@ class GenRequest:
 
 def deliver(req: GenRequest, kind: str, value: Any) -> None:
     """On the event loop: one event to its request's handler, through its sink when it has one and nothing is
-    queued before it (the order of a request's events is kept)."""
-    sink = req.sink
-    if sink is not None and kind == "tokens" and req.events.empty() and sink(value):
+    queued before it (the order of a request's events is kept). Never raises: a failure answers this request."""
+    if req.undeliverable:
         return
-    req.events.put_nowait((kind, value))
+    try:
+        sink = req.sink
+        if sink is not None and kind == "tokens" and req.events.empty() and sink(value):
+            return
+        req.events.put_nowait((kind, value))
+    except Exception as exc:
+        _undeliverable(req, exc)
+
+
+def _undeliverable(req: GenRequest, exc: Exception) -> None:
+    """This request's output cannot be delivered: its handler gets an error (and then cancels it)."""
+    log.error("delivering request %s's output failed: %s: %s", req.id, type(exc).__name__, exc, exc_info=exc)
+    req.undeliverable, req.sink = True, None
+    try:
+        req.events.put_nowait(("error", f"delivering the output failed ({type(exc).__name__})"))
+    except Exception:  # its queue is broken too: nothing can reach this handler
+        log.exception("request %s: the error could not be queued either", req.id)
 
 
 def deliver_batch(loop: asyncio.AbstractEventLoop, out: list, ev: threading.Event | None) -> None:
-    """On the event loop: one step's events to their requests; then `ev` tells the engine thread they are out."""
-    for req, kind, value in out:
-        deliver(req, kind, value)
-    if ev is not None:
-        loop.call_soon(ev.set)
+    """On the event loop: one step's events to their requests, each on its own (deliver never raises); then
+    `ev` tells the engine thread they are out."""
+    try:
+        for req, kind, value in out:
+            deliver(req, kind, value)
+    finally:
+        if ev is not None:
+            loop.call_soon(ev.set)

@@ -35,10 +35,14 @@ CONFIG_FIELDS = (
 STRUCTURED_FIELDS = ("json_schema", "regex", "grammar")
 
 
-def send(conn, msg) -> None:
+def encode(msg) -> bytes:
     """Plain pickle on the pipe: the messages hold only builtin types, and multiprocessing's ForkingPickler
     costs twice as much per message (one message per step)."""
-    conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+    return pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def send(conn, msg) -> None:
+    conn.send_bytes(encode(msg))
 
 
 def recv(conn):
