@@ -1,5 +1,6 @@
 """The children's reflector (reflector.py) against the real apiserver: a LIST in pages, then the watch (objects
-added, relabelled out of the selector, deleted), and a fresh LIST after a 410 Gone.
+added, relabelled out of the selector, deleted), and a fresh LIST after a 410 Gone; an event whose handling
+failed is watched again, not skipped; a refused LIST is told to the sink, and that it goes through again.
 
 Services stand in for every child kind (the reflector does not look inside the objects); no operator runs.
 """
@@ -20,9 +21,10 @@ LABEL = "ovserve.dev/reflector-test"
 class Recorder:
     """A reflector.Sink that keeps every call, in order (calls come from the reflector's thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail_once: str = "") -> None:
         self.lock = threading.Lock()
         self.calls: list[tuple] = []
+        self.fail_once = fail_once  # the first event of this object raises, as a failed handling would
 
     def listed(self, r, items, first):
         with self.lock:
@@ -34,7 +36,18 @@ class Recorder:
 
     def event(self, r, event_type, obj):
         with self.lock:
+            if obj["metadata"]["name"] == self.fail_once:
+                self.fail_once = ""
+                raise RuntimeError("handling failed")
             self.calls.append((event_type, obj["metadata"]["name"]))
+
+    def refused(self, r, message):
+        with self.lock:
+            self.calls.append(("refused", message))
+
+    def readable(self, r):
+        with self.lock:
+            self.calls.append(("readable",))
 
     def snapshot(self) -> list[tuple]:
         with self.lock:
@@ -84,3 +97,56 @@ def test_lists_in_pages_then_watches_then_lists_again_after_410(cluster, namespa
     started = time.monotonic()
     # closing cuts the running watch: the thread ends at once, not at the watch's timeout
     assert r2.join(10) and time.monotonic() - started < 10
+
+
+def test_an_event_whose_handling_failed_is_watched_again(cluster, namespace):
+    """Issue 38: the resourceVersion advances only after the event was handled. The handling of `d`'s ADDED
+    raises: the watch starts again from the version before it, and `d` arrives (skipped before: the version had
+    advanced past it)."""
+    sink = Recorder(fail_once="d")
+    r = reflector.Reflector(
+        "Service", namespace, LABEL, reflector.list_function(Kube(), "v1", "Service", namespace), sink
+    )
+    r.start()
+    try:
+        wait_for(lambda: ("synced", 0) in sink.snapshot(), 60, "the first LIST")
+        cluster.apply(service("d"), namespace)
+        wait_for(lambda: ("ADDED", "d") in sink.snapshot(), 30, "d's ADDED again after its handling failed")
+        assert not sink.fail_once
+    finally:
+        r.close()
+
+
+def test_a_refused_list_is_told_and_readable_again_once_granted(cluster, namespace, tmp_path):
+    """Issue 38: an identity without the right to list (a namespace whose RoleBinding is gone) is refused (403):
+    the sink hears it once while the reflector retries; once a RoleBinding grants it, `readable`, then the LIST."""
+    from kubernetes import config
+
+    from .conftest import service_account_kubeconfig
+
+    cluster.apply(service("a"), namespace)
+    # the ServiceAccount's cluster-wide rights: none on Services
+    with service_account_kubeconfig(cluster, namespace, [], tmp_path / "sa.kubeconfig") as path:
+        kube = Kube(config.new_client_from_config(config_file=str(path)))
+        sink = Recorder()
+        r = reflector.Reflector(
+            "Service", namespace, LABEL, reflector.list_function(kube, "v1", "Service", namespace), sink
+        )
+        r.start()
+        try:
+            wait_for(lambda: sink.snapshot()[:1] and sink.snapshot()[0][0] == "refused", 30, "the refusal")
+            (call,) = sink.snapshot()
+            assert call[1].startswith("HTTP 403: ") and "forbidden" in call[1] and r.lists == 0
+            cluster.kubectl(
+                "create",
+                "rolebinding",
+                "read-services",
+                "-n",
+                namespace,
+                "--clusterrole=view",
+                f"--serviceaccount={namespace}:operator",
+            )
+            wait_for(lambda: ("synced", 1) in sink.snapshot(), 90, "the LIST once granted")
+            assert sink.snapshot() == [call, ("readable",), ("listed", True, ["a"]), ("synced", 1)]
+        finally:
+            r.close()
