@@ -503,3 +503,16 @@ def test_a_refused_namespace_degrades_that_namespace_only(ctx):
             handlers.CTX.health.unreadable = []
 
     asyncio.run(scenario())
+
+
+def test_every_label_and_annotation_the_operator_writes_on_a_child_is_kept():
+    """The snapshots keep a fixed set of keys: whatever render writes (and drift compares) must be in it, or every
+    child would look drifted."""
+    settings = Settings(allow_host_path=True)
+    spec = api.parse_spec({**SPEC, "autoscaling": {"minReplicas": 1, "maxReplicas": 2, "target": 4}})
+    for obj in render.render(A[1], A[0], UID, spec, settings):
+        for meta in (obj["metadata"], (obj.get("spec") or {}).get("template", {}).get("metadata") or {}):
+            assert set(meta.get("labels") or {}) <= handlers.KEPT_LABELS, obj["kind"]
+    deployment = next(o for o in render.render(A[1], A[0], UID, spec, settings) if o["kind"] == "Deployment")
+    template_annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert set(template_annotations) <= handlers.KEPT_ANNOTATIONS  # what a pod carries: podview reads the hash
