@@ -5,6 +5,7 @@ and a request whose delivery raises fails alone. Real pipelines on the tiny mode
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -93,7 +94,8 @@ def client(tiny_models):
     c = ProcessClient(str(tiny_models / "tiny-llm"), "CPU", Sched(), THREADS, P.LM_CB)
     c.start()
     yield c
-    os.kill(c.proc.pid, signal.SIGCONT)
+    with contextlib.suppress(ProcessLookupError):  # never left stopped
+        os.kill(c.proc.pid, signal.SIGCONT)
     c.stop()
 
 
@@ -167,3 +169,20 @@ def test_a_request_whose_delivery_raises_fails_alone(client):
     assert ends[2][0] == "error" and "RecursionError" in ends[2][1]
     assert [e for i, e in enumerate(ends) if i != 2] == [("done", "length")] * 6
     assert client.fatal is None and client.running == 0
+
+
+def test_the_engine_process_survives_a_bad_message(client):
+    """What the old child's loop died of (anything but EOFError/OSError): the engine turned fatal for all."""
+
+    async def run() -> tuple:
+        loop = asyncio.get_running_loop()
+        client.attach(loop)
+        await asyncio.sleep(0.5)
+        client._send(("add", 10_000, ["not", "ids"], True, {}, 0))  # a faulty HTTP side's message
+        client._send(("no such message",))
+        ok = _request(client, loop, "after")
+        client.submit(ok)
+        return await _last(ok, 30)
+
+    assert asyncio.run(run()) == ("done", "length")
+    assert client.fatal is None and client.proc.is_alive()
