@@ -8,9 +8,12 @@ silence. Answer: `results` sorted by `relevance_score` (the pipeline's score: th
 cross-encoder's logit), each with the document's `index` in the request (and `document.text` when asked),
 plus `usage.total_tokens` (the pairs' tokens) and Cohere's `meta.billed_units.search_units` (1 per request).
 
-A pipeline call scores one query against a list of documents, so each request is one call (the worker does
-not merge requests); the pipeline is constructed with top_n = --rerank-max-documents so that every score
-comes back and the request's own top_n is applied here.
+A pipeline call scores one query against a list of documents, so each request is its own calls (the worker
+does not merge requests): its documents in slices of SLICE (a cross-encoder scores each pair on its own, so
+slicing changes no score), which bounds the memory of one call whatever the request's size (1,000 documents in
+one call padded them all to the longest); the pipeline is constructed with top_n = --rerank-max-documents so
+that every score comes back and the request's own top_n is applied here. The pairs are counted (and checked
+against the context limit) in slices too.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..openai.request import RequestError, error_of
 from .worker import Job, TaskEngine
 
 SMOKE_QUERY, SMOKE_DOCS = "hello", ["hello world"]
+SLICE = 64  # documents per pipeline call (and per tokenizer call): the embeddings' default batch
 REFUSED = ("max_chunks_per_doc", "max_tokens_per_doc", "rank_fields")
 
 
@@ -92,11 +96,7 @@ class Rerank:
                 param="model",
                 code="model_not_found",
             )
-        if self.pair_tokenizer is not None:
-            enc = self.pair_tokenizer.encode([body.query], texts)
-        else:  # a tokenizer without pairs: the pipeline scores query + document concatenated, counted alike
-            enc = self.engine.tokenizer.encode([body.query + t for t in texts])
-        lengths = np.asarray(enc.attention_mask.data).sum(axis=1)
+        lengths = np.concatenate([self._lengths(body.query, texts[i : i + SLICE]) for i in range(0, len(texts), SLICE)])
         if self.limit is not None:
             for i, n in enumerate(lengths):
                 if n > self.limit:
@@ -108,6 +108,14 @@ class Rerank:
                         code="context_length_exceeded",
                     )
         return Job(texts=texts, query=body.query), Context(body=body, tokens=int(lengths.sum()))
+
+    def _lengths(self, query: str, texts: list[str]) -> np.ndarray:
+        """The tokens of each (query, document) pair."""
+        if self.pair_tokenizer is not None:
+            enc = self.pair_tokenizer.encode([query], texts)
+        else:  # a tokenizer without pairs: the pipeline scores query + document concatenated, counted alike
+            enc = self.engine.tokenizer.encode([query + t for t in texts])
+        return np.asarray(enc.attention_mask.data).sum(axis=1)
 
     def respond(self, job: Job, scored: list, ctx: Context) -> dict:
         ranked = sorted(scored, key=lambda p: -p[1])  # the pipeline sorts too; sorted here whatever it does
@@ -129,12 +137,25 @@ class Rerank:
         }
 
 
-def make_engine(pipeline: Any, tokenizer: Any) -> TaskEngine:
+def make_engine(pipeline: Any, tokenizer: Any, slice_size: int = SLICE) -> TaskEngine:
+    """One request per call, its documents in slices of `slice_size` (the worker runs them and `merge`s)."""
+
     def run(jobs: Sequence[Job]) -> list[Any]:
-        return [pipeline.rerank(j.query, j.texts) for j in jobs]
+        return [list(pipeline.rerank(j.query, j.texts)) for j in jobs]
+
+    def merge(parts: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+        # each slice's indices are its own: slice k starts at document k * slice_size
+        return [(k * slice_size + int(i), s) for k, part in enumerate(parts) for i, s in part]
 
     return TaskEngine(
-        "rerank", run, tokenizer, max_batch=1, batch_jobs=False, smoke=Job(texts=SMOKE_DOCS, query=SMOKE_QUERY)
+        "rerank",
+        run,
+        tokenizer,
+        max_batch=1,
+        batch_jobs=False,
+        smoke=Job(texts=SMOKE_DOCS, query=SMOKE_QUERY),
+        merge=merge,
+        slice_size=slice_size,
     )
 
 

@@ -4,7 +4,8 @@ Embeddings and rerank pipelines take a whole batch in one call (`embed_documents
 `rerank(query, documents)`), and a call on a batch costs far less than a call per text. So the worker takes
 every job waiting when it wakes and runs as few calls as the jobs allow: for embeddings one call for the texts
 of all waiting requests (up to `max_batch` texts; a larger request runs alone, in slices), for rerank one call
-per request (a call has one query). Results go back to the event loop in one wake-up per call.
+per request (a call has one query), a request's documents in slices of `slice_size`. Results go back to the
+event loop in one wake-up per call.
 
 The surface is the generation engine client's (engine.EngineClient) where the HTTP side uses it, so that admission, the
 429 bound, the drain, readiness/liveness and the fatal path are the same code for every task: `capacity`
@@ -94,12 +95,16 @@ class TaskEngine:
         batch_jobs: bool,
         smoke: Job,
         merge: Callable[[list], Any] | None = None,
+        slice_size: int | None = None,
     ) -> None:
         self.kind = name
         self.run = run
         self.merge = merge  # the results of a large job's slices -> its one result
         self.tokenizer = tokenizer
         self.max_batch = max(1, max_batch)
+        # the most texts of one job in one call (default: a batch): a larger job runs in slices, so that what one
+        # request costs a call (its tensors, the pipeline's activations) is bounded whatever its size
+        self.slice_size = max(1, slice_size or self.max_batch)
         self.batch_jobs = batch_jobs  # several jobs in one call (embeddings) or one job per call (rerank)
         self.capacity = self.max_batch if batch_jobs else 1
         self.smoke_job = smoke
@@ -263,11 +268,12 @@ class TaskEngine:
                 pass  # the loop is closed: nobody waits
 
     def _call(self, jobs: Sequence[Job]) -> list[Any]:
-        if len(jobs) == 1 and self.batch_jobs and len(jobs[0].texts) > self.max_batch and self.merge is not None:
-            job = jobs[0]  # a request larger than a batch: its texts in slices, one result
+        size = self.slice_size
+        if len(jobs) == 1 and len(jobs[0].texts) > size and self.merge is not None:
+            job = jobs[0]  # a request larger than a slice: its texts in slices, one result
             parts = []
-            for i in range(0, len(job.texts), self.max_batch):
-                part = Job(texts=job.texts[i : i + self.max_batch], query=job.query, extra=job.extra)
+            for i in range(0, len(job.texts), size):
+                part = Job(texts=job.texts[i : i + size], query=job.query, extra=job.extra)
                 res = self._run([part])[0]
                 if isinstance(res, BaseException):
                     return [res]
