@@ -424,6 +424,51 @@ class RuntimeFlags(BaseModel):
         "unset: dense",
         shown="off",
     )
+    grammar_timeout_seconds: float = _flag(
+        5.0,
+        Group.SERVER,
+        "S",
+        "building one request's output grammar (response_format json_schema, a forced tool call) runs in a worker "
+        "process and may take this long; beyond it the worker is restarted and the request gets 400 naming the "
+        "field (docs/runtime.md: Structured outputs)",
+        ge=0.1,
+        le=600,
+        allow_inf_nan=False,
+    )
+    max_grammar_bytes: int = _flag(
+        32 * 1024,
+        Group.SERVER,
+        "BYTES",
+        "largest regex a schema or forced tool call may expand to (optional properties and $ref multiply it); "
+        "larger get 400 naming the field before XGrammar compiles it on the engine's thread, where its compile "
+        "time grows faster than its size (docs/runtime.md: Structured outputs)",
+        shown="32768 (32 KiB)",
+        ge=1024,
+    )
+    grammar_cache_entries: int = _flag(
+        256,
+        Group.SERVER,
+        "N",
+        "built grammars (and refusals) kept by the hash of the schema, least recently used dropped first; agents "
+        "send the same schema on every call",
+        ge=0,
+    )
+    grammar_cache_bytes: int = _flag(
+        32 * 1024 * 1024,
+        Group.SERVER,
+        "BYTES",
+        "bytes of the built grammars the cache may hold",
+        shown="33554432 (32 MiB)",
+        ge=0,
+    )
+    grammar_memory_bytes: int = _flag(
+        1024 * 1024 * 1024,
+        Group.SERVER,
+        "BYTES",
+        "address space of the grammar worker process (RLIMIT_AS); a schema that needs more gets 400",
+        shown="1073741824 (1 GiB)",
+        ge=64 * 1024 * 1024,
+    )
 
     @field_validator("pipeline_type", "device", "log_level", "embeddings_pooling", mode="before")
     @classmethod

@@ -71,6 +71,19 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("ovserve_ready", "1 when the pipeline is loaded and serving", registry=r)
+        self.grammar_builds = Counter(
+            "ovserve_grammar_builds",
+            "Output grammars asked for (json_schema, forced tool calls) by outcome: hit (cached), built, refused "
+            "(400: over a limit or unsupported), timeout (400: over --grammar-timeout-seconds)",
+            ["outcome"],
+            registry=r,
+        )
+        self.grammar_seconds = Histogram(
+            "ovserve_grammar_build_seconds",
+            "Time to build one output grammar in the grammar worker (cache misses)",
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.spec_steps = Counter(
             "ovserve_speculative_steps",
             "Decode steps of requests generated with speculative decoding",
@@ -131,6 +144,11 @@ class Metrics:
 
     def attach(self, engine, counts: Callable[[], tuple[int, int]]) -> None:
         self.engine, self.counts = engine, counts
+
+    def grammar_outcome(self, outcome: str, seconds: float) -> None:
+        self.grammar_builds.labels(outcome).inc()
+        if outcome != "hit":
+            self.grammar_seconds.observe(seconds)
 
     def set_report(self, rep: RuntimeReport) -> None:
         p = rep.pipeline

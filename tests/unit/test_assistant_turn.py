@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from ovserve_runtime.openai import assistant
+from ovserve_runtime.openai import assistant, grammar
 from ovserve_runtime.openai.assistant import OutputPlan, Parsers, ToolError
 from ovserve_runtime.openai.tools import Function
 
@@ -76,21 +76,26 @@ def test_requests_the_model_cannot_serve_are_refused_by_field(parsers, functions
 def test_plan(parsers, functions, choice, parallel, parser, forced, render):
     p = assistant.plan(parsers, functions, choice, parallel)
     assert (p.tool_parser, p.forced is not None, p.render_tools) == (parser, forced, render)
-    assert (p.regex is not None) is forced
+    assert (p.grammar_job() is not None) is forced
+
+
+def _regex(p) -> str:
+    return grammar.run(p.grammar_job(), grammar.Limits())["regex"]
 
 
 def test_forced_grammar_admits_only_the_named_function_and_one_call():
     p = assistant.plan(HERMES, [NOW, WEATHER], {"type": "function", "function": {"name": "now"}}, True)
     one = '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
-    assert re.fullmatch(p.regex, one) and not re.fullmatch(p.regex, one + "\n" + one)
-    assert not re.fullmatch(p.regex, one.replace("now", "get_weather"))
+    rx = _regex(p)
+    assert re.fullmatch(rx, one) and not re.fullmatch(rx, one + "\n" + one)
+    assert not re.fullmatch(rx, one.replace("now", "get_weather"))
 
 
 def test_forced_call_after_an_opened_think_closes_it_first():
     p = assistant.plan(QWEN3, [NOW], "required", False).for_prompt("<|im_start|>assistant\n<think>\n")
     assert p.in_reasoning
     out = '</think>\n\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
-    assert re.fullmatch(p.regex, out)
+    assert re.fullmatch(_regex(p), out)
     msg = assistant.message(p, out, new_id=ids())
     assert msg == {
         "role": "assistant",

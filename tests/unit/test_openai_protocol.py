@@ -247,7 +247,9 @@ def test_constraint_per_format():
     assert grammar.constraint(ResponseFormat(type="text")) is None
     assert grammar.constraint(ResponseFormat(type="json_object")) == {"grammar": grammar.JSON_OBJECT_EBNF}
     fmt = ResponseFormat.model_validate({"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}})
-    assert set(grammar.constraint(fmt)) == {"regex"}
+    job = grammar.constraint(fmt)  # a json_schema is built off the loop, in the grammar worker
+    assert isinstance(job, grammar.GrammarJob) and job.param == "response_format"
+    assert set(grammar.run(job, grammar.Limits())) == {"regex"}
 
 
 # --- responses -------------------------------------------------------------------------------------

@@ -33,9 +33,11 @@ from ..drain import SHUTTING_DOWN, Drain
 from ..encoder import BatchEncoder
 from ..engine import Events
 from ..flags import RuntimeFlags, default
+from ..grammars import GrammarService
 from ..metrics import Metrics
 from ..openai import assistant, responses, stops
 from ..openai.errors import ApiError, too_large, unknown_model
+from ..openai.grammar import GrammarError, Limits
 from ..openai.stops import StopText
 from ..openai.support import PipelineSupport
 from ..report import Capabilities, Reason, RuntimeReport, State, Task
@@ -67,6 +69,11 @@ class ServerConfig:
     drain_timeout_s: float = default("drain_timeout_seconds")  # SIGTERM: how long in-flight requests may run
     stream_interval_s: float = default("stream_interval_ms") / 1000  # text this close to a stream's last write waits
     tool_parser: str = default("tool_parser")  # AUTO: from the chat template (openai/assistant.resolve_parsers)
+    grammar_timeout_seconds: float = default("grammar_timeout_seconds")  # one grammar build, in its worker
+    max_grammar_bytes: int = default("max_grammar_bytes")
+    grammar_cache_entries: int = default("grammar_cache_entries")
+    grammar_cache_bytes: int = default("grammar_cache_bytes")
+    grammar_memory_bytes: int = default("grammar_memory_bytes")  # the worker's RLIMIT_AS
     reasoning_parser: str = default("reasoning_parser")
 
     @classmethod
@@ -138,6 +145,14 @@ class App:
         )
         # client_max_size bounds a chunked body too (Content-Length is checked before reading)
         self.web = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[json_errors])
+        self.grammars = GrammarService(
+            Limits(max_regex_bytes=cfg.max_grammar_bytes),
+            cfg.grammar_timeout_seconds,
+            cfg.grammar_memory_bytes,
+            cfg.grammar_cache_entries,
+            cfg.grammar_cache_bytes,
+            on_outcome=self.metrics.grammar_outcome,
+        )
         self.web.on_cleanup.append(self._close_pool)
         r = self.web.router
         for prefix in endpoints.API_PREFIXES:
@@ -169,6 +184,7 @@ class App:
 
     async def _close_pool(self, _app: web.Application) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.grammars.close()
         if self.encoder is not None:
             self.encoder.close()
 
@@ -196,6 +212,8 @@ class App:
             images=engine.is_vlm,
             logprobs=generates and engine.continuous_batching,
         )
+        if self.support.structured_output:
+            self.grammars.warm()  # spawn the grammar worker now, not on the first schema
         template = None
         if generates:
             try:
@@ -522,6 +540,11 @@ class App:
             else:
                 loop = asyncio.get_running_loop()
                 staged = await loop.run_in_executor(self.pool, prepare.stage, self, raw, chat)
+            if staged.job is not None:  # in the grammar worker, with a deadline; cached by content
+                try:
+                    staged.constraint = await self.grammars.build(staged.job)
+                except GrammarError as exc:
+                    raise ApiError(400, str(exc), param=staged.job.param, code="invalid_value") from None
             ids = await self.encoder.encode(staged.prompt, add_special_tokens=not chat)
             greq, prompt_tokens = prepare.build(self, self.engine, staged, ids)
         except ApiError:

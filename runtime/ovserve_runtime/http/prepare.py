@@ -13,6 +13,7 @@ from typing import Any
 from ..openai import assistant, grammar, prompt, support
 from ..openai.assistant import OutputPlan, ToolError
 from ..openai.errors import ApiError, unknown_model
+from ..openai.grammar import GrammarJob
 from ..openai.request import ChatRequest, CompletionRequest, RequestError, parse
 from ..openai.sampling import generation_fields
 from ..openai.tools import Function
@@ -26,6 +27,7 @@ class Staged:
     images: list
     constraint: dict[str, str] | None  # StructuredOutputConfig keyword arguments
     plan: OutputPlan = field(default_factory=OutputPlan)  # how the output is read: tool calls, reasoning (chat only)
+    job: GrammarJob | None = None  # a grammar to build off the loop (grammars.py); its result becomes `constraint`
 
 
 def stage(app, raw: bytes, chat: bool) -> Staged:
@@ -44,22 +46,21 @@ def stage(app, raw: bytes, chat: bool) -> Staged:
     if engine.fatal is not None:
         raise ApiError(503, f"the pipeline failed: {engine.fatal}", "server_error", code="pipeline_failed")
     support.check(body, app.support)
-    constraint = None
+    constraint: dict[str, str] | None = None
+    job: GrammarJob | None = None
     plan = OutputPlan()
     if isinstance(body, ChatRequest):
-        try:
-            constraint = grammar.constraint(body.response_format)
-        except grammar.GrammarError as exc:
-            raise ApiError(400, str(exc), param="response_format", code="invalid_value") from None
+        built = grammar.constraint(body.response_format)  # json_object at once; a json_schema is a job
+        constraint, job = (None, built) if isinstance(built, GrammarJob) else (built, None)
         plan = output_plan(app, body)
         text, images = chat_prompt(app, engine, body, plan)
         plan = plan.for_prompt(text)
-        if plan.regex is not None:
-            constraint = {"regex": plan.regex}
+        if plan.forced is not None:
+            job = plan.grammar_job()
     else:
         text, images = body.text, []
     precheck(app, text, "messages" if chat else "prompt")
-    return Staged(body, text, images, constraint, plan)
+    return Staged(body, text, images, constraint, plan, job)
 
 
 def output_plan(app, body: ChatRequest) -> OutputPlan:

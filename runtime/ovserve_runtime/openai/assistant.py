@@ -23,8 +23,9 @@ from typing import Any
 
 from ..report import Decision, Source
 from . import reasoning, tools
+from .grammar import GrammarJob
 from .reasoning import ReasoningStream
-from .tools import ForcedCalls, Function, ToolCallStream
+from .tools import Function, ToolCallStream
 
 AUTO, NONE = "AUTO", "none"
 log = logging.getLogger("ovserve.assistant")
@@ -104,7 +105,7 @@ class OutputPlan:
 
     tool_parser: str | None = None
     tool_names: frozenset[str] | None = None
-    forced: ForcedCalls | None = None
+    forced: GrammarJob | None = None  # a forced call: its grammar, built off the loop
     reasoning: str | None = None
     in_reasoning: bool = False
     render_tools: bool = False  # the chat template gets the request's tools
@@ -121,15 +122,13 @@ class OutputPlan:
             return self
         return replace(self, in_reasoning=reasoning.starts_in_reasoning(self.reasoning, prompt))
 
-    @property
-    def regex(self) -> str | None:
-        """The StructuredOutputConfig regex of a forced call. When the prompt opened a reasoning block, the
-        output closes it first (no thinking before a forced call, as Qwen3 with thinking off)."""
+    def grammar_job(self) -> GrammarJob | None:
+        """The grammar of a forced call, to build off the event loop (grammars.py). When the prompt opened a
+        reasoning block, the output closes it first (no thinking before a forced call, as Qwen3 with thinking
+        off)."""
         if self.forced is None:
             return None
-        if self.in_reasoning:
-            return tools.regex_literal(reasoning.CLOSE + "\n\n") + "(" + self.forced.regex + ")"
-        return self.forced.regex
+        return self.forced.model_copy(update={"prefix": reasoning.CLOSE + "\n\n" if self.in_reasoning else ""})
 
 
 def plan(
@@ -159,20 +158,24 @@ def plan(
         )
     names = frozenset(f.name for f in functions)
     forced = None
-    try:
-        if choice == "required":
-            forced = tools.forced_calls(parsers.tool, functions, parallel=parallel_tool_calls is not False)
-        elif choice == "named":
-            chosen = [f for f in functions if f.name == named]
-            if not chosen:
-                raise ToolError(f"tool_choice names {named!r}, which is not one of the tools", "tool_choice")
-            forced = tools.forced_calls(parsers.tool, chosen, parallel=False)
-    except ToolError:
-        raise
-    except Exception as exc:  # a name or a parameters schema no grammar can be built from
-        raise ToolError(f"cannot force a call to these tools: {exc}", "tools") from None
+    if choice in ("required", "named"):
+        chosen = list(functions) if choice == "required" else [f for f in functions if f.name == named]
+        if not chosen:
+            raise ToolError(f"tool_choice names {named!r}, which is not one of the tools", "tool_choice")
+        try:  # the cheap checks here; the grammar itself is built off the loop (grammars.py)
+            tools.check_names(chosen)
+            parser = tools.forced_parser(parsers.tool)
+        except ValueError as exc:
+            raise ToolError(f"cannot force a call to these tools: {exc}", "tools") from None
+        forced = GrammarJob(
+            kind="forced",
+            param="tools",
+            parser=parsers.tool,
+            functions=tuple((f.name, f.parameters) for f in chosen),
+            parallel=choice == "required" and parallel_tool_calls is not False,
+        )
     return OutputPlan(
-        tool_parser=forced.parser if forced else parsers.tool,
+        tool_parser=parser if forced else parsers.tool,
         tool_names=names,
         max_calls=1 if parallel_tool_calls is False else None,
         forced=forced,

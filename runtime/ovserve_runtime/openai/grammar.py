@@ -1,4 +1,4 @@
-"""Constrained output: a request's `response_format` as a compact regex or EBNF grammar.
+"""Constrained output: a request's `response_format` or forced tool call as a compact regex or EBNF grammar.
 
 openvino-genai's StructuredOutputConfig (XGrammar) takes a JSON schema itself, but compiles it with free
 whitespace: measured on the random-weight tiny model, the output is `{` and whitespace until max_tokens
@@ -7,20 +7,32 @@ whitespace: measured on the random-weight tiny model, the output is `{` and whit
 - json_schema: outlines-core's `build_regex_from_schema(schema, whitespace_pattern="")` (Rust, no dependencies),
   with integer bounds (`minimum`/`maximum`, exclusive too) turned into a digit-range regex, which outlines-core
   leaves out (an unbounded integer lets a weak model emit digits until max_tokens, and the value would not
-  fit the schema);
+  fit the schema), and string `pattern`s rewritten over the JSON encoding in the grammar engine's dialect
+  (jsonpattern.py);
 - json_object: a compact EBNF grammar of one JSON object.
 
-Pure: `constraint(fmt)` returns the StructuredOutputConfig keyword arguments, or raises GrammarError
-(a 400 naming `response_format`).
+What a client controls is bounded before it costs anything (`Limits`): the schema's nesting, its size once
+every `$ref` is expanded, numbers (finite, bounds of at most MAX_BOUND_DIGITS digits), repetition counts, and
+the size of the regex produced (a 1.3 KB schema of optional properties `$ref`ing each other expands to 25 MB of
+regex: refused by size, never compiled). The work runs in a worker process with a deadline (grammars.py):
+`GrammarJob` is what crosses to it, `run` what runs there.
+
+Pure: `run(job, limits)` returns the StructuredOutputConfig keyword arguments, or raises GrammarError (a 400
+naming the job's `param`).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import math
 import re
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from .jsonpattern import PatternError, rewrite
 from .request import ResponseFormat
 
 # one JSON object, no whitespace between tokens (XGrammar EBNF)
@@ -33,56 +45,233 @@ number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [+-]? [0-9]+ )?
 """
 
 _PLACEHOLDER = "ovserveint{}x"  # a const string outlines-core copies into its regex verbatim
+_PATTERN_PLACEHOLDER = "ovservepat{}x"
+MAX_BOUND_DIGITS = 30  # a number bound beyond 10^30 is refused (a digit-range regex grows with its digits)
+_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_COUNT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_PATTERN_SIBLINGS = {"type", "pattern", "description", "title", "default", "examples"}
+_REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 
 
 class GrammarError(ValueError):
-    """The schema cannot be compiled (invalid, or a feature outlines-core does not support)."""
+    """The schema cannot be built (invalid, over a limit, or a feature outlines-core or XGrammar lacks)."""
 
 
-def constraint(fmt: ResponseFormat | None) -> dict[str, str] | None:
-    """StructuredOutputConfig keyword arguments for `fmt` (`{"regex": ...}` or `{"grammar": ...}`); None for text."""
+class Limits(BaseModel):
+    """The bounds of one grammar build (--max-grammar-bytes sets the first; the rest are fixed)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_regex_bytes: int = 32 * 1024
+    max_depth: int = 32  # nesting of the schema's objects and arrays
+    max_expanded_nodes: int = 20_000  # schema nodes once every $ref is expanded (a recursive one once per path)
+    max_repeat: int = 4096  # repetition counts ({n,m}, maxLength, maxItems): each, and all of them added up
+
+
+class GrammarJob(BaseModel):
+    """What one request asks to be built: a response_format schema or a forced tool call. `key` hashes its
+    content: the cache key (agents send the same schema on every call)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    kind: Literal["schema", "forced"]
+    param: str  # the request field a refusal names: response_format or tools
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    parser: str | None = None  # forced: the tool-call family
+    functions: tuple[tuple[str, dict[str, Any] | None], ...] = ()  # forced: (name, parameters)
+    parallel: bool = False
+    prefix: str = ""  # forced: a literal the output starts with (closing a reasoning block the prompt opened)
+
+    def key(self) -> str:
+        return hashlib.sha256(self.model_dump_json(by_alias=True).encode()).hexdigest()
+
+
+def constraint(fmt: ResponseFormat | None) -> dict[str, str] | GrammarJob | None:
+    """None for text; json_object's StructuredOutputConfig keyword arguments at once; for json_schema the job to
+    build (the caller runs it in the grammar worker: grammars.py)."""
     if fmt is None or fmt.type == "text":
         return None
     if fmt.type == "json_object":
         return {"grammar": JSON_OBJECT_EBNF}
     schema = fmt.json_schema.schema_ if fmt.json_schema is not None else None
-    return {"regex": schema_regex(schema if schema is not None else {"type": "object"})}
+    return GrammarJob(kind="schema", param="response_format", schema_=schema or {"type": "object"})
 
 
-def schema_regex(schema: dict[str, Any]) -> str:
-    """The compact regex of a JSON schema (GrammarError when outlines-core refuses it)."""
+def run(job: GrammarJob, limits: Limits) -> dict[str, str]:
+    """The StructuredOutputConfig keyword arguments of a job (GrammarError for what cannot or may not be built)."""
+    if job.kind == "schema":
+        regex = schema_regex(job.schema_ or {"type": "object"}, limits)
+    else:
+        from . import tools
+
+        functions = [tools.Function(name=n, parameters=p) for n, p in job.functions]
+        try:
+            forced = tools.forced_calls(job.parser or "", functions, parallel=job.parallel, limits=limits)
+        except GrammarError:
+            raise
+        except ValueError as exc:
+            raise GrammarError(f"cannot force a call to these tools: {exc}") from None
+        regex = tools.regex_literal(job.prefix) + "(" + forced.regex + ")" if job.prefix else forced.regex
+    check_regex(regex, limits)
+    return {"regex": regex}
+
+
+def schema_regex(schema: dict[str, Any], limits: Limits | None = None) -> str:
+    """The compact regex of a JSON schema (GrammarError when it is over a limit or outlines-core refuses it)."""
     from outlines_core.json_schema import build_regex_from_schema
 
+    limits = limits or Limits()
+    check_schema(schema, limits)
     ranges: list[str] = []
-    schema = _bound_integers(copy.deepcopy(schema), ranges)
+    patterns: list[str] = []
+    schema = _placeholders(copy.deepcopy(schema), ranges, patterns, limits)
     try:
         regex = build_regex_from_schema(json.dumps(schema), whitespace_pattern="")
     except Exception as exc:  # outlines-core raises ValueError or its own errors; all are the schema's fault
         raise GrammarError(f"the JSON schema is not supported: {exc}") from None
+    check_regex(regex, limits)  # before the replacements copy it
     # outlines-core keeps U+007F-U+009F out of strings (JSON allows them); XGrammar's byte-level classes clamp
     # that range with a warning on stderr per request: exclude only U+007F
     regex = regex.replace(r"\x7F-\x9F", r"\x7F")
     for i, rx in enumerate(ranges):
         regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({rx})")
-    try:
-        re.compile(regex)
-    except re.error as exc:
-        raise GrammarError(f"the JSON schema is not supported: {exc}") from None
+    for i, rx in enumerate(patterns):
+        regex = regex.replace(f'"{_PATTERN_PLACEHOLDER.format(i)}"', f'"{rx}"')
+    check_regex(regex, limits)
     return regex
 
 
-def _bound_integers(node: Any, ranges: list[str]) -> Any:
-    """Replace every bounded integer subschema by a placeholder const (its range regex kept in `ranges`)."""
+def check_regex(regex: str, limits: Limits) -> None:
+    """The produced regex within the limits: its size, and its repetition counts added up. Both drive the time
+    XGrammar takes to compile it, inside openvino-genai on the engine's thread (docs/runtime.md: measured)."""
+    size = len(regex.encode())
+    if size > limits.max_regex_bytes:
+        raise GrammarError(
+            f"the schema expands to a grammar of {size} bytes, more than the limit of {limits.max_regex_bytes} "
+            "(optional properties and $ref multiply it: make properties required, or flatten the schema)"
+        )
+    # XGrammar expands counted repetitions: their sum, not the regex's bytes, drives its compile time
+    total = 0
+    for m in _REPEAT.finditer(regex):
+        total += int(m.group(2) or m.group(1))
+        if total > limits.max_repeat:
+            raise GrammarError(
+                f"the schema's repetition counts (maxLength, maxItems, {{n,m}} in patterns) add up to more than "
+                f"{limits.max_repeat}"
+            )
+
+
+def check_schema(schema: Any, limits: Limits) -> None:
+    """Refuse, before any copy or compile, what no later bound makes cheap: deep nesting, a $ref expansion beyond
+    `max_expanded_nodes`, a non-finite number, a number bound of more than MAX_BOUND_DIGITS digits, a count over
+    `max_repeat`."""
+    stack: list[tuple[Any, int]] = [(schema, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limits.max_depth:
+            raise GrammarError(f"the schema nests deeper than {limits.max_depth} levels")
+        if isinstance(node, float) and not math.isfinite(node):
+            raise GrammarError(f"the schema holds a number that is not finite ({node}): JSON has no NaN or Infinity")
+        if isinstance(node, list):
+            stack.extend((x, depth + 1) for x in node)
+        elif isinstance(node, dict):
+            for k in _NUMBER_KEYWORDS:
+                v = node.get(k)
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise GrammarError(f"{k} is not finite ({v}): JSON has no NaN or Infinity")
+                if _is_number(v) and _too_long(v):
+                    raise GrammarError(f"{k} {_short(v)} has more than {MAX_BOUND_DIGITS} digits")
+            for k in _COUNT_KEYWORDS:
+                v = node.get(k)
+                if _is_number(v) and not (isinstance(v, float) and math.isnan(v)) and v > limits.max_repeat:
+                    raise GrammarError(f"{k} {_short(v)} is over the limit of {limits.max_repeat}")
+            stack.extend((v, depth + 1) for v in node.values())
+    _check_expansion(schema, limits.max_expanded_nodes)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _too_long(v: int | float) -> bool:
+    return abs(v) >= (10.0**MAX_BOUND_DIGITS if isinstance(v, float) else 10**MAX_BOUND_DIGITS)
+
+
+def _short(v: int | float) -> str:
+    """A number for a message: a huge integer by its digit count (its text would be the size of the body)."""
+    if isinstance(v, int) and abs(v) >= 10**40:
+        return f"(an integer of {len(str(abs(v)))} digits)"
+    return str(v)
+
+
+def _check_expansion(schema: Any, limit: int) -> None:
+    """The schema's node count with every local $ref expanded: memoized per target; a $ref to a target already
+    being expanded on the path counts once (outlines-core bounds recursion itself)."""
+    if not isinstance(schema, dict):
+        return
+    sizes: dict[str, int] = {}
+
+    def target(ref: str) -> Any:
+        node: Any = schema
+        for part in (p for p in ref[1:].split("/") if p):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node
+
+    def size(node: Any, path: frozenset[str]) -> int:
+        total = 0
+        todo = [node]
+        while todo:
+            n = todo.pop()
+            if isinstance(n, list):
+                todo.extend(n)
+                continue
+            if not isinstance(n, dict):
+                continue
+            total += 1
+            ref = n.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#") and ref not in path:
+                if ref not in sizes:
+                    sizes[ref] = size(target(ref), path | {ref}) if len(path) < limit else 1
+                total += sizes[ref]
+            todo.extend(v for k, v in n.items() if k not in ("$defs", "definitions"))
+            if total > limit:
+                raise GrammarError(f"the schema expands ($ref included) to more than {limit} nodes: flatten it")
+        return total
+
+    size(schema, frozenset())
+
+
+def _placeholders(node: Any, ranges: list[str], patterns: list[str], limits: Limits) -> Any:
+    """Replace every bounded integer subschema and every string `pattern` by a placeholder const: the integer's
+    range regex kept in `ranges`, the pattern rewritten over the JSON encoding in `patterns`."""
     if isinstance(node, list):
-        return [_bound_integers(x, ranges) for x in node]
+        return [_placeholders(x, ranges, patterns, limits) for x in node]
     if not isinstance(node, dict):
         return node
     bounds = _int_bounds(node)
     if bounds is not None:
         ranges.append(int_range_regex(*bounds))
         return {"const": _PLACEHOLDER.format(len(ranges) - 1)}
+    pattern = node.get("pattern")
+    if isinstance(pattern, str) and node.get("type", "string") == "string":
+        if set(node) - _PATTERN_SIBLINGS:
+            raise GrammarError(
+                f"the pattern {pattern[:80]!r} is combined with other string keywords "
+                f"({', '.join(sorted(set(node) - _PATTERN_SIBLINGS))}): write them into the pattern"
+            )
+        try:
+            patterns.append(rewrite(pattern, limits.max_repeat))
+        except PatternError as exc:
+            raise GrammarError(f"the pattern {pattern[:80]!r} is not supported: {exc}") from None
+        return {"const": _PATTERN_PLACEHOLDER.format(len(patterns) - 1)}
     # properties' and $defs' keys are names, not keywords: recurse into their values only
-    return {k: _bound_integers(v, ranges) for k, v in node.items()}
+    return {k: _placeholders(v, ranges, patterns, limits) for k, v in node.items()}
 
 
 def _int_bounds(node: dict) -> tuple[int, int] | None:

@@ -1,0 +1,248 @@
+"""Grammar work a client controls is bounded (issue 38): schema limits, string patterns rewritten over the JSON
+encoding in XGrammar's dialect, and the grammar worker (a real child process) with its deadline, memory limit
+and cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+from ovserve_runtime.grammars import GrammarService
+from ovserve_runtime.openai import grammar
+from ovserve_runtime.openai.grammar import GrammarError, GrammarJob, Limits
+from ovserve_runtime.openai.jsonpattern import PatternError, rewrite
+
+
+def optional_tree(levels: int, width: int) -> dict:
+    """Objects of `width` optional properties, each a $ref to the level below: the regex grows ~80x a level
+    (3 levels of 12: a 1.3 KB schema, 25 MB of regex)."""
+    defs: dict = {"L0": {"type": "string"}}
+    for i in range(1, levels + 1):
+        defs[f"L{i}"] = {"type": "object", "properties": {f"p{j}": {"$ref": f"#/$defs/L{i - 1}"} for j in range(width)}}
+    return {"$defs": defs, "$ref": f"#/$defs/L{levels}"}
+
+
+def deep(levels: int) -> dict:
+    node: dict = {"type": "string"}
+    for _ in range(levels):
+        node = {"type": "object", "properties": {"a": node}, "required": ["a"]}
+    return node
+
+
+def int_prop(**bounds) -> dict:
+    return {"type": "object", "properties": {"n": {"type": "integer", **bounds}}, "required": ["n"]}
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        (optional_tree(3, 12), "bytes, more than the limit"),  # the issue's 1.3 KB schema: 25 MB of regex
+        (int_prop(minimum=0, maximum=10**4000), "digits"),  # 4,000-digit bound: int_range_regex never runs
+        (int_prop(minimum=0, maximum=1e400), "not finite"),  # JSON 1e400 parses to inf
+        (int_prop(minimum=float("nan"), maximum=3), "not finite"),
+        (int_prop(maximum=float("-inf")), "not finite"),
+        ({"type": "string", "maxLength": 10**9}, "maxLength"),
+        ({"type": "array", "items": {"type": "integer"}, "maxItems": 100_000}, "maxItems"),
+        (deep(100), "nests deeper"),
+        ({"type": "string", "pattern": "(?=a)a"}, "lookahead"),
+        ({"type": "string", "pattern": "(a)\\1"}, "backreference"),
+        ({"type": "string", "pattern": "\\bword"}, "word boundary"),
+        ({"type": "string", "pattern": "a{1,99999}"}, "repetition count"),
+        ({"type": "string", "pattern": "[a-z]+", "minLength": 3}, "combined"),
+        # each count in bounds, together 8,000 repetitions for XGrammar to expand
+        (
+            {"type": "object", "properties": {f"f{i}": {"type": "string", "maxLength": 200} for i in range(40)}},
+            "add up",
+        ),
+    ],
+)
+def test_hostile_schemas_are_refused_by_name(schema, says):
+    with pytest.raises(GrammarError, match=re.escape(says)):
+        grammar.run(GrammarJob(kind="schema", param="response_format", schema_=schema), Limits())
+
+
+def test_a_wide_ref_tree_is_refused_by_its_expansion_before_outlines_runs():
+    # 6 levels of 12: 12^6 nodes once expanded; outlines-core would need gigabytes for it
+    with pytest.raises(GrammarError, match="expands"):
+        grammar.check_schema(optional_tree(6, 12), Limits())
+
+
+def test_what_stays_in_bounds_still_builds():
+    assert grammar.schema_regex(optional_tree(1, 12))  # 4 KB of regex
+    rx = grammar.schema_regex(int_prop(minimum=-(10**20), maximum=10**20))
+    assert re.fullmatch(rx, '{"n":-100000000000000000000}') and not re.fullmatch(rx, '{"n":100000000000000000001}')
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value", "fits"),
+    [
+        ("x|y", "x", True),  # a top-level alternation stays inside the quotes
+        ("x|y", "y", True),
+        ("x|y", "x|y", False),
+        ("^[a-z]+$", "abc", True),
+        ("^[a-z]+$", "ABC", False),
+        ('^a"b$', 'a"b', True),  # a quote in the pattern is written escaped
+        ("[^a]", '"', True),  # a negated class admits the quote as \"
+        ("[^a]", "\\", True),
+        ("[^a]", "\n", True),
+        ("[^a]", "a", False),
+        (".*", "free text", True),
+        (".*", 'say "hi"', False),  # '.' never ends the string
+        ("\\d{3}-\\d{4}", "555-1234", True),
+        ("\\d{3}-\\d{4}", "5551234", False),
+        ("(?:ab)+c?", "ababc", True),
+        ("(?<year>\\d{4})", "2026", True),
+        ("a+?b", "aab", True),  # lazy: the same language
+        ("[\\s]", "\t", True),
+        ("[-a]", "-", True),
+        ("x{", "x{", True),  # a brace that is no quantifier is a literal
+        ("\\u00e9+", "éé", True),
+    ],
+)
+def test_patterns_match_the_json_encoding_of_what_they_match(pattern, value, fits):
+    rx = rewrite(pattern, 4096)
+    assert bool(re.fullmatch(rx, json.dumps(value, ensure_ascii=False)[1:-1])) == fits, rx
+
+
+def test_a_pattern_alternation_cannot_make_invalid_json():
+    rx = grammar.schema_regex(
+        {"type": "object", "properties": {"a": {"type": "string", "pattern": "x|y"}}, "required": ["a"]}
+    )
+    assert re.fullmatch(rx, '{"a":"x"}') and re.fullmatch(rx, '{"a":"y"}')
+    assert not re.fullmatch(rx, '{"a":"x}') and not re.fullmatch(rx, '{"a":y"}')  # outlines-core alone admits both
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        ("(?=a)", "lookahead"),
+        ("(?<!a)b", "lookbehind"),
+        ("(a)\\1", "backreference"),
+        ("\\k<x>", "backreference"),
+        ("\\bx", "word boundary"),
+        ("\\p{L}", "Unicode property"),
+        ("a*+", "possessive"),
+        ("(?i)a", "inline flags"),
+        ("a^b", "only supported at the start or end"),
+        ("[a", "unclosed '['"),
+        ("(a", "unclosed '('"),
+        ("a)", "unmatched ')'"),
+        ("*a", "follows nothing"),
+        ("a{5,2}", "below its minimum"),
+    ],
+)
+def test_patterns_outside_the_dialect_are_refused_by_name(pattern, says):
+    with pytest.raises(PatternError, match=re.escape(says)):
+        rewrite(pattern, 4096)
+
+
+def test_a_forced_call_job_builds_the_family_format():
+    job = GrammarJob(kind="forced", param="tools", parser="hermes", functions=(("now", None),), prefix="</think>\n\n")
+    rx = grammar.run(job, Limits())["regex"]
+    assert re.fullmatch(rx, '</think>\n\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>')
+    hostile = job.model_copy(update={"functions": (("now", optional_tree(3, 12)),)})
+    with pytest.raises(GrammarError, match="bytes, more than the limit"):
+        grammar.run(hostile, Limits())
+
+
+def test_the_job_key_is_the_content():
+    a = GrammarJob(kind="schema", param="response_format", schema_={"type": "integer"})
+    assert a.key() == GrammarJob(kind="schema", param="response_format", schema_={"type": "integer"}).key()
+    assert a.key() != GrammarJob(kind="schema", param="response_format", schema_={"type": "string"}).key()
+
+
+# --- the worker process ------------------------------------------------------------------------------------
+
+
+def service(**kw) -> tuple[GrammarService, list[str]]:
+    outcomes: list[str] = []
+    args = {
+        "limits": Limits(),
+        "timeout_s": 30.0,
+        "memory_bytes": 1 << 30,
+        "cache_entries": 8,
+        "cache_bytes": 1 << 20,
+        **kw,
+    }
+    return GrammarService(on_outcome=lambda o, _s: outcomes.append(o), **args), outcomes
+
+
+def job(schema: dict) -> GrammarJob:
+    return GrammarJob(kind="schema", param="response_format", schema_=schema)
+
+
+def test_builds_are_cached_refusals_too_and_shared_in_flight():
+    svc, outcomes = service()
+
+    async def go():
+        a, b = await asyncio.gather(
+            svc.build(job(int_prop(minimum=1, maximum=9))), svc.build(job(int_prop(minimum=1, maximum=9)))
+        )
+        assert a == b and re.fullmatch(a["regex"], '{"n":5}')
+        await svc.build(job(int_prop(minimum=1, maximum=9)))
+        for _ in range(2):
+            with pytest.raises(GrammarError, match="digits"):
+                await svc.build(job(int_prop(maximum=10**50)))
+
+    try:
+        asyncio.run(go())
+    finally:
+        svc.close()
+    assert outcomes == ["built", "hit", "refused", "hit"]
+
+
+def test_a_build_over_the_deadline_is_refused_and_the_worker_replaced():
+    svc, outcomes = service(timeout_s=0.001)  # a spawn alone takes longer
+
+    async def go():
+        with pytest.raises(GrammarError, match="took longer than"):
+            await svc.build(job({"type": "integer"}))
+        svc.timeout_s = 30.0
+        assert (await svc.build(job({"type": "integer"})))["regex"]  # not cached as refused: built again
+
+    try:
+        asyncio.run(go())
+    finally:
+        svc.close()
+    assert outcomes == ["timeout", "built"]
+
+
+def test_a_build_over_the_memory_limit_is_refused_and_the_next_one_works():
+    # permissive size limits: only the worker's address space stops outlines-core (3 levels of 24: gigabytes)
+    svc, outcomes = service(
+        limits=Limits(max_regex_bytes=1 << 40, max_expanded_nodes=10**9), memory_bytes=512 << 20, timeout_s=60.0
+    )
+
+    async def go():
+        with pytest.raises(GrammarError, match=r"memory|crashed"):
+            await svc.build(job(optional_tree(3, 24)))
+        assert (await svc.build(job({"type": "boolean"})))["regex"]
+
+    try:
+        asyncio.run(go())
+    finally:
+        svc.close()
+    assert outcomes == ["refused", "built"]
+
+
+def test_the_cache_is_bounded_in_entries_and_bytes():
+    svc, outcomes = service(cache_entries=2)
+
+    async def go():
+        for n in (1, 2, 3, 1):
+            await svc.build(job(int_prop(minimum=0, maximum=n)))
+
+    try:
+        asyncio.run(go())
+    finally:
+        svc.close()
+    assert outcomes == ["built"] * 4  # 1 was dropped when 3 came
+    tiny, outcomes = service(cache_bytes=10)
+    try:
+        asyncio.run(tiny.build(job({"type": "integer"})))
+        asyncio.run(tiny.build(job({"type": "integer"})))
+    finally:
+        tiny.close()
+    assert outcomes == ["built", "built"]  # larger than the cache: never kept
