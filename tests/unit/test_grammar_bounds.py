@@ -53,7 +53,11 @@ def int_prop(**bounds) -> dict:
         ({"type": "string", "pattern": "[a-z]+", "minLength": 3}, "combined"),
         # each count in bounds, together 8,000 repetitions for XGrammar to expand
         (
-            {"type": "object", "properties": {f"f{i}": {"type": "string", "maxLength": 200} for i in range(40)}},
+            {
+                "type": "object",
+                "properties": {f"f{i}": {"type": "string", "maxLength": 200} for i in range(40)},
+                "required": [f"f{i}" for i in range(40)],
+            },
             "add up",
         ),
     ],
