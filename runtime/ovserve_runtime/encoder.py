@@ -7,6 +7,9 @@ same as one call on a single prompt (64 prompts: 0.55 ms), so this encoder takes
 it wakes and encodes them in one call: under light load a batch of one (no added wait), under a burst one
 call for the burst. Rows are cut out of the padded batch by its attention mask; a batch never mixes
 `add_special_tokens` values, and a long prompt is encoded alone (the batch is padded to its longest row).
+One prompt cannot fail the others of its batch: when the batched call raises or returns fewer rows than
+prompts (openvino-tokenizers gives a batch of empty strings one row), each prompt is encoded alone, and only
+the one that fails alone gets the error.
 """
 
 from __future__ import annotations
@@ -65,12 +68,16 @@ class BatchEncoder:
                 return
 
     def _encode(self, batch: list) -> None:
+        results: list
         try:
-            rows = encode_rows(self.tokenizer, [b[0] for b in batch], batch[0][1])
-            results: list = rows
-        except Exception as exc:  # every request of the batch gets it (a 500 at its handler)
-            log.exception("tokenizing %d prompts failed", len(batch))
-            results = [exc] * len(batch)
+            results = encode_rows(self.tokenizer, [b[0] for b in batch], batch[0][1])
+        except Exception as exc:
+            if len(batch) == 1:  # its own failure: a 500 at its handler
+                log.exception("tokenizing a prompt failed")
+                results = [exc]
+            else:  # one prompt's failure stays its own: each alone
+                log.warning("tokenizing %d prompts in one call failed (%s): each alone", len(batch), exc)
+                results = [self._alone(b[0], b[1]) for b in batch]
         by_loop: dict[Any, list] = {}
         for (_t, _s, fut, loop), res in zip(batch, results, strict=True):
             by_loop.setdefault(loop, []).append((fut, res))
@@ -80,12 +87,25 @@ class BatchEncoder:
             except RuntimeError:
                 pass  # that loop is closed: nobody waits
 
+    def _alone(self, text: str, add_special_tokens: bool) -> np.ndarray | Exception:
+        try:
+            return encode_rows(self.tokenizer, [text], add_special_tokens)[0]
+        except Exception as exc:
+            log.exception("tokenizing a prompt failed")
+            return exc
+
+
+class RowsMismatch(RuntimeError):
+    """The tokenizer returned another number of rows than texts."""
+
 
 def encode_rows(tokenizer: Any, texts: list[str], add_special_tokens: bool) -> list[np.ndarray]:
     """One `encode` call for all texts; each text's ids without the batch's padding."""
     out = tokenizer.encode(texts, add_special_tokens=add_special_tokens)
     ids = np.asarray(out.input_ids.data)
     mask = np.asarray(out.attention_mask.data).astype(bool)
+    if ids.shape[0] != len(texts) or mask.shape != ids.shape:
+        raise RowsMismatch(f"{len(texts)} texts, {ids.shape[0]} rows of ids")
     return [np.ascontiguousarray(ids[i][mask[i]], dtype=np.int64) for i in range(len(texts))]
 
 
