@@ -16,6 +16,7 @@ import pytest
 from ovserve_runtime.engine import GenRequest, construct_cb
 from ovserve_runtime.engine import SchedulerOptions as Sched
 from ovserve_runtime.engine.core import CBCore
+from ovserve_runtime.engine.inprocess import cb_client
 from ovserve_runtime.engine.process import ChildServer, PipeSink, ProcessClient
 from ovserve_runtime.engine.request import Events
 from ovserve_runtime.engine.wire import config_to_dict, recv
@@ -125,7 +126,8 @@ def test_sends_never_block_the_event_loop_on_a_full_pipe(client):
         await asyncio.sleep(0.5)  # the echo: the loop reads the pipe from here on
         os.kill(client.proc.pid, signal.SIGSTOP)
         # a blocked loop would hang this test: the child is let go after 5 s whatever happens
-        threading.Timer(5, os.kill, (client.proc.pid, signal.SIGCONT)).start()
+        rescue = threading.Timer(5, os.kill, (client.proc.pid, signal.SIGCONT))
+        rescue.start()
         reqs = [_request(client, loop, f"long {i}", 1, prompt_len=16_000) for i in range(48)]
         t0 = time.monotonic()
         for r in reqs:
@@ -134,6 +136,7 @@ def test_sends_never_block_the_event_loop_on_a_full_pipe(client):
         for r in reqs:
             client.cancel(r)
         os.kill(client.proc.pid, signal.SIGCONT)
+        rescue.cancel()
         ends = await asyncio.gather(*(_last(r) for r in reqs))
         ok = _request(client, loop, "after")
         client.submit(ok)
@@ -145,7 +148,21 @@ def test_sends_never_block_the_event_loop_on_a_full_pipe(client):
     assert ends[-1] == ("done", "length")
 
 
-def test_a_request_whose_delivery_raises_fails_alone(client):
+@pytest.fixture(params=["engine-process", "in-process"])
+def any_client(request, tiny_models):
+    """Both transports: the child's (ProcessClient) and the in-process core's (LoopSink)."""
+    if request.param == "engine-process":
+        yield request.getfixturevalue("client")
+        return
+    c = cb_client(construct_cb(str(tiny_models / "tiny-llm"), "CPU", Sched(), THREADS), P.LM_CB, max_active=8)
+    c.start()
+    yield c
+    c.stop()
+
+
+def test_a_request_whose_delivery_raises_fails_alone(any_client):
+    client = any_client
+
     async def run() -> list:
         loop = asyncio.get_running_loop()
         client.attach(loop)
