@@ -218,6 +218,26 @@ def test_impossible_tool_requests_are_refused_by_field(qwen, kw, param):
     assert exc.value.body["param"] == param
 
 
+def _tree(levels: int, width: int) -> dict:
+    defs: dict = {"L0": {"type": "string"}}
+    for i in range(1, levels + 1):
+        defs[f"L{i}"] = {"type": "object", "properties": {f"p{j}": {"$ref": f"#/$defs/L{i - 1}"} for j in range(width)}}
+    return {"$defs": defs, "$ref": f"#/$defs/L{levels}"}
+
+
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "tree"}}], ids=["required", "named"]
+)
+def test_a_forced_call_with_a_hostile_schema_is_400_naming_tools(qwen, choice):
+    """The schema that expanded to 25 MB of regex on the event loop, through a forced call (issue 38)."""
+    tools = [{"type": "function", "function": {"name": "tree", "parameters": _tree(3, 12)}}]
+    with pytest.raises(openai.BadRequestError) as exc:
+        client(qwen).chat.completions.create(model="qwen", messages=ASK, max_tokens=4, tools=tools, tool_choice=choice)
+    assert exc.value.body["param"] == "tools" and "bytes, more than the limit" in exc.value.body["message"]
+    ok = client(qwen).chat.completions.create(model="qwen", messages=ASK, max_tokens=4, tools=TOOLS)
+    assert ok.choices[0].finish_reason  # the server serves on
+
+
 def test_a_model_whose_template_renders_no_tools_refuses_them(cb_server):
     c = openai.OpenAI(base_url=cb_server.url + "/v1", api_key="none", max_retries=0)
     with pytest.raises(openai.BadRequestError) as exc:
