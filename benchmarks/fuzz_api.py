@@ -976,13 +976,13 @@ def report(f: Figures, cfg: Config) -> str:
             f"requests, {len(s.failures)} failures, p50 {s.p50 * 1000:.0f} ms, p99 {s.p99 * 1000:.0f} ms"
         )
     for label, idx in (("HTTP process", 2), ("engine child", 3)):
-        pts = [(float(sent), float(r[idx])) for r in f.rss if (sent := r[0]) is not None and r[idx] is not None]
-        tpts = [(r[1], float(r[idx])) for r in f.rss if r[idx] is not None]
+        pts = [(float(r[0]), float(r[idx])) for r in f.rss if r[idx] is not None]
+        half = pts[len(pts) // 2 :]  # after the allocator's arenas have grown to the largest bodies
         if pts:
             lines.append(
                 f"RSS {label}: {pts[0][1] / 1024:.0f} -> {pts[-1][1] / 1024:.0f} MiB "
-                f"(max {max(y for _, y in pts) / 1024:.0f}), "
-                f"slope {slope(pts) * 1000 / 1024:.2f} MiB per 1,000 requests, {slope(tpts) * 60 / 1024:.2f} MiB/min"
+                f"(max {max(y for _, y in pts) / 1024:.0f}), slope {slope(pts) * 1000 / 1024:.2f} MiB per 1,000 "
+                f"requests over the run, {slope(half) * 1000 / 1024:.2f} over its second half"
             )
     lines.append("slowest: " + "; ".join(f"{dt:.1f}s {kind} {path} -> {st}" for dt, kind, path, st in f.slowest))
     for fd in f.findings[:50]:
