@@ -95,6 +95,8 @@ STREAMED = [
     ("llama3_json", " " * LONG + "done", 0),
     ("llama3_pythonic", " " * LONG + "done", 0),
     ("hermes", "x " * (LONG // 2), 0),
+    # ast.get_source_segment re-split the whole text for each call: 74 s of CPU for these 87 KB
+    ("llama3_pythonic", "[" + ", ".join(f"f(a={i})" for i in range(8_000)) + "]", 8_000),
 ]
 
 
@@ -158,3 +160,10 @@ def test_the_assistant_message_of_hostile_output_is_content():
     text = '{"name": "f", "parameters": {"a": ' + _deep(50_000) + "}}"
     msg = assistant.message(plan, "<think>hm</think>" + text)
     assert msg["content"] == text and msg["reasoning_content"] == "hm" and "tool_calls" not in msg
+
+
+def test_pythonic_calls_beyond_the_limit_stay_text_as_written():
+    text = "[f(a=1),\n  f(a='\u00e9\u4e2d'),\r\n f(b=[1,\n 2])]"
+    parsed = tools.parse("llama3_pythonic", text, NAMES, new_id=_ids(), max_calls=1)
+    assert [c.function.arguments for c in parsed.tool_calls] == ['{"a": 1}']
+    assert parsed.content == "f(a='\u00e9\u4e2d'), f(b=[1,\n 2])"
