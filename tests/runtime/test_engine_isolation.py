@@ -67,6 +67,7 @@ def test_a_bad_message_answers_its_request_and_the_child_goes_on(child):
     good = _add(1, pipe)
     bad_config = ("add", 2, good[2], True, {**good[4], "no_such_field": 1}, 0)
     bad_ids = ("add", 3, ["not", "ids"], True, good[4], 0)
+    assert server.handle_bytes(b"\x80\x05not a pickle") is True
     for msg in [("bogus",), (), "not a tuple", ("add", 4), ("cancel",), bad_config, bad_ids, good]:
         assert server.handle(msg) is True
     ends = _ends(conn, {1, 2, 3, 4})
@@ -197,6 +198,7 @@ def test_the_engine_process_survives_a_bad_message(client):
         await asyncio.sleep(0.5)
         client._send(("add", 10_000, ["not", "ids"], True, {}, 0))  # a faulty HTTP side's message
         client._send(("no such message",))
+        client._writer.put(b"\x80\x05not a pickle")
         ok = _request(client, loop, "after")
         client.submit(ok)
         return await _last(ok, 30)

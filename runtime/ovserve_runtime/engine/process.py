@@ -51,7 +51,7 @@ from .client import EngineClient
 from .core import CBCore, Core
 from .pipelines import SchedulerOptions
 from .request import EngineError, GenRequest, deliver_batch
-from .wire import config_from_dict, config_to_dict, encode, recv, send
+from .wire import config_from_dict, config_to_dict, decode, encode, recv, send
 
 log = logging.getLogger("ovserve.engine_core")
 
@@ -160,7 +160,7 @@ def core_main(
     core.on_fatal = lambda msg: sink.send(("fatal", msg))
     core.start()
     try:
-        while server.handle(recv(conn)):
+        while server.handle_bytes(conn.recv_bytes()):
             pass
     except (EOFError, OSError):
         pass  # the parent is gone
@@ -181,6 +181,15 @@ class ChildServer:
 
     def _forget(self, rid: int) -> None:
         self.reqs.pop(rid, None)  # one dict operation: atomic between the core's thread and this one
+
+    def handle_bytes(self, data: bytes) -> bool:
+        """One message as it came off the pipe (framed whole: one that cannot be unpickled is skipped alone)."""
+        try:
+            msg = decode(data)
+        except Exception:
+            log.exception("engine process: an unreadable message of %d bytes", len(data))
+            return True
+        return self.handle(msg)
 
     def handle(self, msg: Any) -> bool:
         """Apply one message; False once it says stop."""
@@ -443,6 +452,8 @@ class ProcessClient(EngineClient):
                     break
         except (EOFError, OSError):
             pass
+        except Exception as exc:  # an unreadable message: its events are lost, so every request is answered
+            reason = f"an unreadable message from the engine process ({type(exc).__name__}: {exc})"
         self._died(reason)
 
     def _take_over(self) -> None:
@@ -472,6 +483,8 @@ class ProcessClient(EngineClient):
                     break
         except (EOFError, OSError):
             reason = "the engine process exited"
+        except Exception as exc:  # an unreadable message: its events are lost, so every request is answered
+            reason = f"an unreadable message from the engine process ({type(exc).__name__}: {exc})"
         if events:
             self._dispatch_safely(events)
         if reason is not None:

@@ -45,8 +45,12 @@ def send(conn, msg) -> None:
     conn.send_bytes(encode(msg))
 
 
+def decode(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
 def recv(conn):
-    return pickle.loads(conn.recv_bytes())
+    return decode(conn.recv_bytes())
 
 
 def config_to_dict(cfg) -> dict[str, Any]:

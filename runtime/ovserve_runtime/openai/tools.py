@@ -173,7 +173,7 @@ def _call(name: Any, arguments: Any, tool_names: Collection[str] | None, new_id:
     if not isinstance(name, str) or not name or (tool_names is not None and name not in tool_names):
         return None
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
-        if not arguments.lstrip().startswith("{") or _too_deep(arguments):
+        if _too_deep(arguments):
             return None
         try:
             arguments = json.loads(arguments)
