@@ -201,7 +201,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
     if not engine.in_process:
         _yield_to_engine()
     app.attach(engine, loaded.max_position)
-    tasks.attach(app, loaded)
+    app.attach_service(loaded.task.resolved, engine, loaded.service)  # embeddings, rerank: prepare and respond
     speculative = getattr(engine, "speculative", None) or report.speculative
     record = decisions.record(
         asked(args),

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from ovserve_runtime.detok import Detokenizer
-from ovserve_runtime.http.output import StreamOutput
+from ovserve_runtime.serving.output import StreamOutput
 from ovserve_runtime.openai.responses import Chunks
 
 pytestmark = pytest.mark.runtime

@@ -93,7 +93,6 @@ def test_a_broken_pipeline_over_http_answers_every_request_and_fails_liveness(en
     """The server's fatal path for a task serving (what cli.serve wires): every request in flight and every
     later one gets an error, never a hang; readiness and liveness turn 503; the report says failed."""
     from aiohttp.test_utils import TestClient, TestServer
-    from ovserve_runtime import tasks
     from ovserve_runtime.http.app import App, ServerConfig, failed_state
     from ovserve_runtime.report import (
         Decision,
@@ -124,7 +123,7 @@ def test_a_broken_pipeline_over_http_answers_every_request_and_fails_liveness(en
         engine.on_fatal = on_fatal
         engine.start()
         app.attach(engine, 128)
-        tasks.attach(app, tasks.Loaded(engine, PipelineReport(), 128, task, rep, service))
+        app.attach_service(task.resolved, engine, service)
         async with TestClient(TestServer(app.web)) as client:
             ok = await client.post("/v3/embeddings", json={"input": "hello"})
             assert ok.status == 200

@@ -1,12 +1,12 @@
-"""The HTTP transport (aiohttp): routes, admission, the SSE writer, the per-request output path.
+"""The HTTP transport (aiohttp), thin: the app, its routes and plain endpoints, the liveness watchdog.
 
-app       App: routes, health/status/metrics, the generation handler (body read, admission, submit, answer)
-prepare   a validated body -> an engine GenRequest (template, images, tokenization, limits, config)
-output    the per-request output path: token ids -> text -> response or stream chunks (stream interval here)
-sse       SSEWriter: server-sent events on aiohttp's own StreamResponse
+app       App: builds the serving state and the servings (ovserve_runtime.serving), routes to them, the error
+          middleware, health/status/metrics/models/OpenAPI
 watchdog  the liveness progress watchdog
 
-The protocol itself (request models, response builders, grammars) is ovserve_runtime.openai.
+What a request goes through (body, admission, readiness, prepare, submit, respond, release) is the serving
+layer's (ovserve_runtime.serving); the protocol itself (request models, response builders, grammars) is
+ovserve_runtime.openai.
 """
 
 from .app import App, ServerConfig, failed_state

@@ -1,8 +1,9 @@
 """Tasks other than text generation (embeddings, rerank) and the task resolution of every serving.
 
-The server hooks in at two places: `install_routes(app)` when the App is built (routes are fixed before the
-server starts), and `load_serving` instead of the generation loader (it resolves the task, then loads the
-generation pipeline through loader.load or a task pipeline here); `attach(app, loaded)` once loaded.
+The server hooks in at two places: its routes (`TASK_ROUTES`, `EXTRA_RERANK_PATHS`, each answered by a
+serving.TaskServing), and `load_serving` instead of the generation loader (it resolves the task, then loads the
+generation pipeline through loader.load or a task pipeline here); the loaded service (`Loaded.service`: its
+`prepare` and `respond`) is attached to its TaskServing once loaded.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import endpoints
 from .. import resolve as pipeline_resolve
 from ..engine import EngineError
 from ..flags import RuntimeFlags
@@ -41,26 +41,6 @@ class Loaded:
     task: TaskReport
     embeddings: EmbeddingsReport | None = None
     service: Any = None  # embeddings.Embeddings | rerank.Rerank
-
-
-def install_routes(app: Any) -> None:
-    from .serving import TaskHandler
-
-    app.task_handlers = {t: TaskHandler(app, t, path, inline=t == Task.EMBEDDINGS) for t, path in TASK_ROUTES.items()}
-    r = app.web.router
-    for prefix in endpoints.API_PREFIXES:
-        for t, path in TASK_ROUTES.items():
-            r.add_post(f"{prefix}/{path}", app.task_handlers[t].handle)
-    for path in EXTRA_RERANK_PATHS:
-        r.add_post(path, app.task_handlers[Task.RERANK].handle)
-
-
-def attach(app: Any, loaded: Loaded) -> None:
-    handler = app.task_handlers.get(loaded.task.resolved)
-    if handler is not None and loaded.service is not None:
-        loaded.engine.on_call = app.metrics.task_batch.observe
-        handler.prepare = loaded.service.prepare
-        handler.respond = loaded.service.respond
 
 
 def _failed(flags: RuntimeFlags, task: TaskReport, reason: Reason, message: str) -> TaskLoadFailure:

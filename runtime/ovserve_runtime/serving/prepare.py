@@ -1,8 +1,9 @@
-"""A request body -> an engine GenRequest: validation, pipeline checks, prompt assembly, the prompt-size
-pre-check, tokenization (by the caller, the batch encoder), context limits and the generation config.
+"""A generation request body -> an engine GenRequest: validation, pipeline checks, prompt assembly, the
+prompt-size pre-check, tokenization (by the caller, the batch encoder), context limits and the generation config.
 
-`stage` runs on the event loop for a small body and in the bounded pool otherwise; `build` after
-tokenization. Both raise ApiError.
+It reads what it needs of the serving as a `Context` (and the engine), never the server: `parse_body` and a
+stage (`stage_chat`, `stage_completion`) run on the event loop for a small body and in the bounded pool
+otherwise; `build` after tokenization. All raise ApiError.
 """
 
 from __future__ import annotations
@@ -16,8 +17,24 @@ from ..openai.errors import ApiError, unknown_model
 from ..openai.grammar import GrammarJob
 from ..openai.request import ChatRequest, CompletionRequest, RequestError, parse
 from ..openai.sampling import generation_fields
+from ..openai.support import PipelineSupport
 from ..openai.tools import Function
-from ..report import State
+
+
+@dataclass(frozen=True)
+class Context:
+    """What preparing a generation request reads of the serving (state.ServingState.prepare_context)."""
+
+    served_name: str
+    support: PipelineSupport
+    parsers: assistant.Parsers
+    prompt_limit: int | None  # tokens; None: no limit known
+    max_position: int | None  # the model's context
+    max_token_chars: int  # no token is longer (the pre-check before tokenizing)
+    default_max_tokens: int
+    max_images: int
+    max_image_pixels: int
+    max_decoded_image_bytes: int
 
 
 @dataclass
@@ -30,44 +47,43 @@ class Staged:
     job: GrammarJob | None = None  # a grammar to build off the loop (grammars.py); its result becomes `constraint`
 
 
-def stage(app, raw: bytes, chat: bool) -> Staged:
-    """(body, prompt text, images, constraint) of a valid request for this model, or ApiError."""
+def parse_body(raw: bytes, chat: bool, served_name: str) -> ChatRequest | CompletionRequest:
+    """The validated body (400 naming the field) for this serving's model (404 for another)."""
     try:
         body = parse(raw, chat)
     except RequestError as exc:
         raise ApiError(400, exc.message, param=exc.param, code=exc.code) from None
-    if body.model is not None and body.model != app.cfg.served_name:
-        raise unknown_model(body.model, app.cfg.served_name)
-    engine = app.engine
-    if engine is None or app.report.state != State.READY:
-        raise ApiError(
-            503, f"the model is not ready (state {app.report.state})", "server_error", code="model_not_ready"
-        )
-    if engine.fatal is not None:
-        raise ApiError(503, f"the pipeline failed: {engine.fatal}", "server_error", code="pipeline_failed")
-    support.check(body, app.support)
-    constraint: dict[str, str] | None = None
-    job: GrammarJob | None = None
-    plan = OutputPlan()
-    if isinstance(body, ChatRequest):
-        built = grammar.constraint(body.response_format)  # json_object at once; a json_schema is a job
-        constraint, job = (None, built) if isinstance(built, GrammarJob) else (built, None)
-        plan = output_plan(app, body)
-        text, images = chat_prompt(app, engine, body, plan)
-        plan = plan.for_prompt(text)
-        if plan.forced is not None:
-            job = plan.grammar_job()
-    else:
-        text, images = body.text, []
-    precheck(app, text, "messages" if chat else "prompt")
+    if body.model is not None and body.model != served_name:
+        raise unknown_model(body.model, served_name)
+    return body
+
+
+def stage_chat(ctx: Context, engine, body: ChatRequest) -> Staged:
+    """(body, prompt text, images, constraint, output plan) of a valid chat request for this model, or ApiError."""
+    support.check(body, ctx.support)
+    built = grammar.constraint(body.response_format)  # json_object at once; a json_schema is a job
+    constraint, job = (None, built) if isinstance(built, GrammarJob) else (built, None)
+    plan = output_plan(ctx, body)
+    text, images = chat_prompt(ctx, engine, body, plan)
+    plan = plan.for_prompt(text)
+    if plan.forced is not None:
+        job = plan.grammar_job()
+    precheck(ctx, text, "messages")
     return Staged(body, text, images, constraint, plan, job)
 
 
-def output_plan(app, body: ChatRequest) -> OutputPlan:
+def stage_completion(ctx: Context, engine, body: CompletionRequest) -> Staged:
+    """(body, prompt text) of a valid completions request for this model, or ApiError."""
+    support.check(body, ctx.support)
+    precheck(ctx, body.text, "prompt")
+    return Staged(body, body.text, [], None)
+
+
+def output_plan(ctx: Context, body: ChatRequest) -> OutputPlan:
     """How this request's output is read (tool_choice, parallel_tool_calls, the serving's parsers); 400 for
     tools or tool turns this model cannot handle."""
     turn = prompt.tool_turn(body.messages)
-    if turn is not None and not app.parsers.renders_tools:
+    if turn is not None and not ctx.parsers.renders_tools:
         raise ApiError(
             400,
             "this model's chat template does not render tool calls or tool results",
@@ -77,17 +93,16 @@ def output_plan(app, body: ChatRequest) -> OutputPlan:
     functions = [Function(name=t.function.name, parameters=t.function.parameters) for t in body.tools or ()]
     choice = body.tool_choice.model_dump() if hasattr(body.tool_choice, "model_dump") else body.tool_choice
     try:
-        return assistant.plan(app.parsers, functions, choice, body.parallel_tool_calls)
+        return assistant.plan(ctx.parsers, functions, choice, body.parallel_tool_calls)
     except ToolError as exc:
         raise ApiError(400, exc.message, param=exc.param, code=exc.code) from None
 
 
-def chat_prompt(app, engine, body: ChatRequest, plan: OutputPlan | None = None) -> tuple[str, list]:
+def chat_prompt(ctx: Context, engine, body: ChatRequest, plan: OutputPlan | None = None) -> tuple[str, list]:
     from ..images import ImageBudget, ImageError, ImageLimits, decode_data_url, to_tensor
 
-    cfg = app.cfg
     limits = ImageLimits(
-        max_images=cfg.max_images, max_pixels=cfg.max_image_pixels, max_decoded_bytes=cfg.max_decoded_image_bytes
+        max_images=ctx.max_images, max_pixels=ctx.max_image_pixels, max_decoded_bytes=ctx.max_decoded_image_bytes
     )
     budget = ImageBudget(limits)
 
@@ -103,13 +118,13 @@ def chat_prompt(app, engine, body: ChatRequest, plan: OutputPlan | None = None) 
     return prompt.render(engine.tokenizer.apply_chat_template, flat, tools, with_tools), images
 
 
-def precheck(app, text: str, param: str) -> None:
+def precheck(ctx: Context, text: str, param: str) -> None:
     """A prompt whose characters cannot fit the token limit is refused before it is tokenized (no token is
-    longer than `app.max_token_chars` characters, so it has at least len/that many tokens)."""
-    limit = app.prompt_limit
-    if limit is None or not app.max_token_chars:
+    longer than `ctx.max_token_chars` characters, so it has at least len/that many tokens)."""
+    limit = ctx.prompt_limit
+    if limit is None or not ctx.max_token_chars:
         return
-    if len(text) > limit * app.max_token_chars:
+    if len(text) > limit * ctx.max_token_chars:
         raise ApiError(
             400,
             f"the prompt has {len(text)} characters: more than the limit of {limit} tokens can hold "
@@ -119,7 +134,7 @@ def precheck(app, text: str, param: str) -> None:
         )
 
 
-def build(app, engine, staged: Staged, ids) -> tuple[Any, int]:
+def build(ctx: Context, engine, staged: Staged, ids) -> tuple[Any, int]:
     import openvino as ov
 
     from ..engine import GenRequest
@@ -131,7 +146,7 @@ def build(app, engine, staged: Staged, ids) -> tuple[Any, int]:
 
     # ids: the encoder's (chat: the template carries its own special tokens; completions: with BOS)
     prompt_tokens = len(ids)
-    limit = app.prompt_limit
+    limit = ctx.prompt_limit
     param = "messages" if chat else "prompt"
     if limit is not None and prompt_tokens > limit:
         raise ApiError(
@@ -140,16 +155,16 @@ def build(app, engine, staged: Staged, ids) -> tuple[Any, int]:
             param=param,
             code="context_length_exceeded",
         )
-    room = (app.max_position - prompt_tokens) if app.max_position else None
+    room = (ctx.max_position - prompt_tokens) if ctx.max_position else None
     if max_tokens is None:
-        max_tokens = app.cfg.default_max_tokens
+        max_tokens = ctx.default_max_tokens
         if room is not None:
             max_tokens = max(1, min(max_tokens, room))
     elif room is not None and max_tokens > room:
         raise ApiError(
             400,
             f"prompt ({prompt_tokens} tokens) + {max_param} ({max_tokens}) exceeds the "
-            f"model's context of {app.max_position} tokens",
+            f"model's context of {ctx.max_position} tokens",
             param=max_param,
             code="context_length_exceeded",
         )

@@ -1,0 +1,143 @@
+"""Serving: the one request wrapper every endpoint shares (in the manner of vLLM's OpenAIServing), and the body
+reader.
+
+`Serving.handle(request)` is the whole life of a request, the same for every task:
+
+    the task check (404) -> read the body (413, 408) -> admit or 429 -> prepare (the sibling's; it checks
+    readiness, 503, where its protocol wants it) -> submit to the engine or 503 -> track (drain, watchdog) ->
+    respond (the sibling's) -> finally: untrack, cancel (frees the engine's slot when the handler ended early),
+    release the admission place, count the request by endpoint and status, observe.
+
+A sibling (generate.py: chat and completions; task.py: embeddings and rerank) sets `task` and `endpoint` (the
+metrics label) and implements `prepare(raw) -> (engine request, context)` and
+`respond(request, engine request, context) -> (response, status)`; `finish` and `observe` are optional.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+
+from ..engine import Events
+from ..openai.errors import ApiError, too_large
+from ..report import Task
+from .state import ServingState
+
+STREAMING = "ovserve.streaming"  # request key: set once an SSE response has been sent its headers
+INLINE_BODY_BYTES = 16 * 1024  # a body this small is validated on the event loop (no pool round trip)
+
+
+def error_response(err: ApiError) -> web.Response:
+    return web.json_response(err.body(), status=err.status, headers=err.headers)
+
+
+def wrong_task(served: Task | None, path: str, wanted: Task) -> ApiError:
+    return ApiError(
+        404,
+        f"{path} is served by {wanted} servings; this serving's task is {served or 'not resolved yet'}",
+        code="task_not_served",
+    )
+
+
+async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """The raw body, refused with 413 before it is read when it declares (or turns out) larger than `limit`, and
+    with 408 when it does not arrive within `timeout_s` (--body-timeout-seconds)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large(request.content_length, limit)
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:  # chunked: aiohttp stops reading at the limit
+        raise too_large(None, limit) from exc
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {timeout_s:g}s",
+            code="request_timeout",
+            headers={"Connection": "close"},
+        ) from None
+
+
+class Serving:
+    """One endpoint's serving over the shared state. Subclasses implement `prepare` and `respond`."""
+
+    task: Task = Task.TEXT_GENERATION  # the task of the servings this endpoint belongs to
+    endpoint: str = ""  # the metrics label (ovserve_requests_total{endpoint})
+
+    def __init__(self, state: ServingState) -> None:
+        self.state = state
+
+    # --- the sibling's part --------------------------------------------------------------------
+    async def prepare(self, raw: bytes) -> tuple[Any, Any]:
+        """(the engine request, what `respond` needs) of a valid body, or ApiError (readiness included)."""
+        raise NotImplementedError
+
+    async def respond(self, request: web.Request, work: Any, context: Any) -> tuple[web.StreamResponse, str]:
+        """The answer of a submitted request and the status to count it under; raises ApiError."""
+        raise NotImplementedError
+
+    def finish(self, work: Any) -> None:
+        """The handler is ending: before the request leaves the drain and the engine."""
+
+    def observe(self, work: Any, context: Any) -> None:
+        """After the request is counted: its metrics (tokens, latencies)."""
+
+    # --- the wrapper ---------------------------------------------------------------------------
+    def count(self, status: str | int) -> None:
+        self.state.metrics.requests.labels(self.endpoint, str(status)).inc()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        state = self.state
+        arrived = time.monotonic()
+        served = state.report.task.resolved
+        if served is not None and served != self.task:  # e.g. /v3/embeddings on a text-generation serving
+            return error_response(wrong_task(served, request.path, self.task))
+        try:  # before admission: an upload in progress holds no place
+            raw = await read_body(request, state.cfg.max_body_bytes, state.cfg.body_timeout_seconds)
+        except ApiError as err:
+            self.count(err.status)
+            return error_response(err)
+        if not state.admission.try_admit():
+            self.count(429)
+            return error_response(state.queue_full())
+        try:
+            return await self._admitted(request, raw, arrived)
+        finally:
+            state.admission.release()
+
+    async def _admitted(self, request: web.Request, raw: bytes, arrived: float) -> web.StreamResponse:
+        state = self.state
+        try:
+            work, context = await self.prepare(raw)
+        except ApiError as err:
+            self.count(err.status)
+            return error_response(err)
+        engine = state.engine
+        work.loop = asyncio.get_running_loop()
+        work.events = Events()
+        work.submitted_at = arrived
+        try:
+            engine.submit(work)
+        except Exception as exc:
+            self.count(503)
+            return error_response(ApiError(503, str(exc), "server_error", code="pipeline_failed"))
+        state.drain.track(work)
+        status = "200"
+        try:
+            response, status = await self.respond(request, work, context)
+            return response
+        except ApiError as err:
+            status = str(err.status)
+            return error_response(err)
+        except (asyncio.CancelledError, ConnectionResetError):
+            status = "499"  # client closed the request
+            raise
+        finally:
+            self.finish(work)
+            state.drain.untrack(work)
+            engine.cancel(work)  # no-op when finished; frees the slot otherwise
+            self.count(status)
+            self.observe(work, context)
