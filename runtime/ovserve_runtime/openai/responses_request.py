@@ -268,6 +268,7 @@ class ResponsesRequest(_Strict):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    client_metadata: dict[str, Any] | None = None  # the Codex CLI's session and turn ids
     # refused by name
     conversation: Annotated[Any, refuse("conversations are not supported: use previous_response_id")] = None
     background: Annotated[bool | None, refuse_unless("background responses are not supported", False)] = None
