@@ -16,7 +16,8 @@ pytestmark = pytest.mark.runtime
 
 
 def _engine_pid(server) -> int:
-    """The runtime's engine-core child (multiprocessing spawn_main)."""
+    """The runtime's engine-core child: the multiprocessing spawn_main child that maps the weights (the grammar
+    worker is another spawn_main child)."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -26,10 +27,17 @@ def _engine_pid(server) -> int:
             cmd = (d / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == server.proc.pid and b"spawn_main" in cmd:
+        if ppid == server.proc.pid and b"spawn_main" in cmd and _maps_weights(int(d.name)):
             found.append(int(d.name))
     assert len(found) == 1, f"expected one engine process, got {found}"
     return found[0]
+
+
+def _maps_weights(pid: int) -> bool:
+    try:
+        return "openvino_model.bin" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
