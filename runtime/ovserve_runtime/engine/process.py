@@ -43,6 +43,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -72,7 +73,7 @@ class PipeSink:
     """The engine-core process's Outbox (core.Outbox): a step's events as one message on the pipe, keyed by the
     ids the HTTP process gave its requests, with the core's counters."""
 
-    def __init__(self, conn, finished: Any = None) -> None:
+    def __init__(self, conn, finished: Callable[[int], None] | None = None) -> None:
         self.conn = conn
         self.out: list[tuple[int, str, Any]] = []
         self.announced = 0  # from the latest "add" or "preparing": requests the HTTP side is still parsing
