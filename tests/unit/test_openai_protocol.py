@@ -62,7 +62,7 @@ REFUSED = [
     (True, chat(modalities=["text", "audio"]), "modalities"),
     (True, chat(audio={"voice": "alloy", "format": "wav"}), "audio"),
     (True, chat(prediction={"type": "content", "content": "x"}), "prediction"),
-    (True, chat(reasoning_effort="high"), "reasoning_effort"),
+    (False, comp(chat_template_kwargs={"enable_thinking": False}), "chat_template_kwargs"),  # no template applied
     (True, chat(verbosity="low"), "verbosity"),
     (True, chat(web_search_options={}), "web_search_options"),
     (True, chat(stream=True, stream_options={"include_obfuscation": True}), "stream_options.include_obfuscation"),

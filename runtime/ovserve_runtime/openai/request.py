@@ -224,6 +224,22 @@ class NamedToolChoice(_Strict):
     function: NamedFunction
 
 
+def _template_kwargs(v: dict[str, Any]) -> dict[str, Any]:
+    from .thinking import KWARG_NAME, MAX_KWARGS, MAX_KWARGS_BYTES
+
+    if len(v) > MAX_KWARGS:
+        raise PydanticCustomError("invalid_value", f"at most {MAX_KWARGS} chat_template_kwargs")
+    for k in v:
+        if not KWARG_NAME.match(k):
+            raise PydanticCustomError("invalid_value", f"{k[:70]!r} is not a template variable name")
+    if len(json.dumps(v)) > MAX_KWARGS_BYTES:
+        raise PydanticCustomError("invalid_value", f"chat_template_kwargs are larger than {MAX_KWARGS_BYTES} bytes")
+    return v
+
+
+TemplateKwargs = Annotated[dict[str, Any], AfterValidator(_template_kwargs)]
+
+
 class _Common(_Strict):
     model: str | None = None
     stream: bool | None = None
@@ -294,7 +310,9 @@ class ChatRequest(_Common):
     modalities: Annotated[list[str] | None, refuse_unless("only the 'text' modality is supported", ["text"])] = None
     audio: Annotated[Any, refuse("audio output is not supported by this server")] = None
     prediction: Annotated[Any, refuse("predicted outputs are not supported by this server")] = None
-    reasoning_effort: Annotated[Any, refuse("reasoning_effort is not supported by this server")] = None
+    # honoured where the chat template has a thinking switch (openai/thinking.py), refused by name elsewhere
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    chat_template_kwargs: TemplateKwargs | None = None  # vendor (vLLM, SGLang, OVMS): to the chat template
     verbosity: Annotated[Any, refuse("verbosity is not supported by this server")] = None
     web_search_options: Annotated[Any, refuse("web search is not supported by this server")] = None
 
@@ -333,6 +351,9 @@ class CompletionRequest(_Common):
         int | None, refuse_unless("completions logprobs are not supported by this server (chat logprobs are)", 0)
     ] = None
     suffix: Annotated[str | None, refuse_unless("suffix is not supported by this server", "")] = None
+    chat_template_kwargs: Annotated[
+        Any, refuse("completions apply no chat template: send chat_template_kwargs to chat/completions")
+    ] = None
 
     @field_validator("prompt", mode="before")
     @classmethod

@@ -92,7 +92,23 @@ FIELDS: tuple[Field, ...] = (
     ),
     _same("functions, function_call", "chat", R, "the deprecated functions API: use tools"),
     _same("modalities", "chat", R, '["text"] only'),
-    _same("audio, prediction, reasoning_effort, verbosity, web_search_options", "chat", R),
+    _same("audio, prediction, verbosity, web_search_options", "chat", R),
+    _same(
+        "reasoning_effort",
+        "chat",
+        H,
+        "where the chat template has a thinking switch (enable_thinking, thinking): none and minimal turn it off, "
+        "the others on (no thinking-token budget in openvino-genai 2026.4); refused by name where it has none",
+    ),
+    Field(
+        "chat_template_kwargs",
+        "both",
+        H,
+        H,
+        H,
+        "vendor: variables for the chat template (at most 16, 4 KiB of JSON), over the serving's "
+        "--chat-template-kwargs; completions: refused (no template is applied)",
+    ),
     _same(
         "user, metadata, store, service_tier, prompt_cache_key, safety_identifier",
         "both",
