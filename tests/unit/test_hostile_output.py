@@ -48,6 +48,11 @@ HOSTILE = [
     ("llama3_pythonic", "[f(a=" + _deep(150) + ")]"),  # parses: deeper than the bound
     ("llama3_pythonic", "[f(a=" + "9" * 10_000 + ")]"),  # past int's digit limit
     ("llama3_pythonic", "[f(a='\x00')]"),
+    # what json.loads reads but is not JSON: the arguments string would not be valid JSON
+    ("hermes", '<tool_call>{"name": "f", "arguments": {"a": NaN}}</tool_call>'),
+    ("hermes", '<tool_call>{"name": "f", "arguments": {"a": 1e999}}</tool_call>'),
+    ("llama3_json", '{"name": "f", "parameters": {"a": -Infinity}}'),
+    ("llama3_json", '{"name": "f", "parameters": {"a": ' + "9" * 5_000 + "}}"),
 ]
 
 

@@ -183,8 +183,8 @@ def _call(name: Any, arguments: Any, tool_names: Collection[str] | None, new_id:
         arguments = {}
     if not isinstance(arguments, dict):
         return None
-    try:
-        text = json.dumps(arguments, ensure_ascii=False)
+    try:  # NaN and Infinity (json.loads reads them, and 1e999 as inf) are not JSON: not a call
+        text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
     except (ValueError, TypeError, RecursionError, MemoryError):
         return None
     return ToolCall(id=new_id(), function=FunctionCall(name=name, arguments=text))
