@@ -108,7 +108,9 @@ class Bodies:
         return {"model": self.served, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **fields}
 
     def rf(self, schema: Any) -> dict:
-        return self.chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        # max_tokens 32: room to finish a small object ("stop"), whose content must then parse as JSON
+        fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+        return self.chat(response_format=fmt, max_tokens=32)
 
     def tool(self, schema: Any, choice: Any = "required") -> dict:
         return self.chat(
@@ -164,8 +166,8 @@ HOSTILE_SCHEMAS: dict[str, Any] = {
     # XGrammar, which then failed the whole engine step); property names with a quote or a newline
     "enum_object_brace": {"enum": [{"{J": None}]},
     "enum_object_quote": {"enum": [{'"': 1}, {"(+": 2}]},
-    "property_quote": {"type": "object", "properties": {'a"b': {"type": "integer"}}, "required": ['a"b']},
-    "property_newline": {"type": "object", "properties": {"a\nb": {"type": "integer"}}, "required": ["a\nb"]},
+    "property_quote": {"type": "object", "properties": {'a"b': {"type": "boolean"}}, "required": ['a"b']},
+    "property_newline": {"type": "object", "properties": {"a\nb": {"type": "boolean"}}, "required": ["a\nb"]},
     "property_regex_chars": {"type": "object", "properties": {"{1,99999}": {"type": "integer"}, "(": {"const": "["}}},
     "bool_false": False,
     "not_an_object": [1, 2, 3],
@@ -659,6 +661,7 @@ class Figures:
     hangs: int = 0
     connection_errors: int = 0
     not_json_4xx: int = 0
+    invalid_structured: int = 0  # a response_format answer that finished ("stop") with content that is not JSON
     restarts: int = 0
     engine_changes: int = 0
     liveness_failures: int = 0
@@ -671,7 +674,8 @@ class Figures:
     @property
     def ok(self) -> bool:
         return not (
-            self.server_errors
+            self.invalid_structured
+            or self.server_errors
             or self.hangs
             or self.connection_errors
             or self.restarts
@@ -679,6 +683,27 @@ class Figures:
             or self.under_fuzz.failures
             or self.baseline.failures
         )
+
+
+def structured_output_ok(body: bytes | None, answer: bytes) -> bool:
+    """False when a json_object / json_schema request's answer finished ("stop") on content that is not JSON
+    (the promise: the output is valid JSON whatever the model's weights; a cut at max_tokens is "length")."""
+    if not body or b'"response_format"' not in body or len(body) > 1 << 20:
+        return True
+    try:
+        fmt = json.loads(body).get("response_format") or {}
+        if fmt.get("type") not in ("json_object", "json_schema"):
+            return True
+        choices = json.loads(answer)["choices"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return True  # a stream, or not a chat answer: nothing to check here
+    for c in choices:
+        if c.get("finish_reason") == "stop":
+            try:
+                json.loads(c["message"]["content"])
+            except (ValueError, KeyError, TypeError):
+                return False
+    return True
 
 
 def rss_kib(pid: int | None) -> int | None:
@@ -822,6 +847,9 @@ class Driver:
             except (ValueError, KeyError, TypeError, AssertionError):
                 f.not_json_4xx += 1
                 bad = True
+        if status == 200 and not structured_output_ok(p.body, answer):
+            f.invalid_structured += 1
+            bad = True
         if status == "hang":
             f.hangs += 1
         elif status == "connection":
@@ -861,7 +889,12 @@ class Driver:
                     if self.t.restart is None:
                         stop.set()  # not ours to start again: the run ends here
                         return
-                    self.t.pid = await asyncio.to_thread(self.t.restart)
+                    try:
+                        self.t.pid = await asyncio.to_thread(self.t.restart)
+                    except Exception as exc:  # it does not come back: the run ends with what it has
+                        print(f"runtime restart failed: {exc}", file=sys.stderr)
+                        stop.set()
+                        return
                     self.engine = engine_child(self.t.pid)
                 child = engine_child(self.t.pid)
                 if self.engine is not None and child != self.engine:
@@ -966,7 +999,8 @@ def report(f: Figures, cfg: Config) -> str:
         "  by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(f.kinds.items())),
         "  statuses: " + ", ".join(f"{k}: {v}" for k, v in sorted(f.statuses.items(), key=lambda kv: str(kv[0]))),
         f"5xx: {f.server_errors}  hangs (> {cfg.request_timeout:g}s): {f.hangs}  connection errors: "
-        f"{f.connection_errors}  4xx not OpenAI error JSON: {f.not_json_4xx}",
+        f"{f.connection_errors}  4xx not OpenAI error JSON: {f.not_json_4xx}  structured output finished as "
+        f"invalid JSON: {f.invalid_structured}",
         f"runtime restarts: {f.restarts}  engine child changes: {f.engine_changes}  liveness failures (1/s polls): "
         f"{f.liveness_failures}",
     ]
@@ -995,7 +1029,7 @@ def report(f: Figures, cfg: Config) -> str:
     return "\n".join(lines)
 
 
-def start_runtime(model: Path, port: int, extra: list[str], log: Path) -> subprocess.Popen:
+def start_runtime(model: Path, port: int, extra: list[str], log: Path, src: Path | None = None) -> subprocess.Popen:
     cmd = [
         sys.executable,
         "-m",
@@ -1011,6 +1045,8 @@ def start_runtime(model: Path, port: int, extra: list[str], log: Path) -> subpro
         *extra,
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OVSERVE_")}
+    if src is not None:  # a snapshot of the runtime's source (git archive), so that edits in the tree do not land
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH", "")) if p)
     return subprocess.Popen(cmd, stdout=open(log, "a"), stderr=subprocess.STDOUT, env=env)
 
 
@@ -1058,6 +1094,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--findings", type=Path, help="directory for the bodies of 5xx, hangs and connection errors")
     ap.add_argument("--runtime-arg", action="append", default=[], help="extra ovserve-runtime argument (repeat)")
+    ap.add_argument(
+        "--runtime-src",
+        type=Path,
+        help="a directory holding the ovserve_runtime package to run (e.g. `git archive HEAD runtime`), first on "
+        "PYTHONPATH",
+    )
     args = ap.parse_args()
     cfg = Config(
         requests=args.requests,
@@ -1090,8 +1132,11 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}"
 
         def restart() -> int:
-            procs.append(start_runtime(model, port, args.runtime_arg, log))
-            wait_ready(url, procs[-1])
+            procs.append(start_runtime(model, port, args.runtime_arg, log, args.runtime_src))
+            try:
+                wait_ready(url, procs[-1])
+            except SystemExit as exc:
+                raise RuntimeError(str(exc)) from None
             return procs[-1].pid
 
         target = Target(url, restart(), restart)

@@ -46,6 +46,7 @@ def test_hostile_requests_get_their_own_4xx_only(chat_models, server_factory):
     assert fig.server_errors == 0, summary
     assert fig.hangs == 0 and fig.connection_errors == 0, summary
     assert fig.not_json_4xx == 0, summary
+    assert fig.invalid_structured == 0, summary  # response_format: a finished answer is valid JSON
     assert fig.restarts == 0 and fig.engine_changes == 0, summary
     assert fig.baseline.failures == [] and fig.under_fuzz.failures == [], summary
     assert fig.under_fuzz.requests > 0, summary
