@@ -469,11 +469,58 @@ class RuntimeFlags(BaseModel):
         shown="1073741824 (1 GiB)",
         ge=64 * 1024 * 1024,
     )
+    chat_template_kwargs: str = _flag(
+        "",
+        Group.SERVER,
+        "JSON",
+        "a JSON object of variables every chat request's template is rendered with, e.g. "
+        "'{\"enable_thinking\": false}'; a request's chat_template_kwargs and reasoning_effort override it "
+        "(docs/runtime.md: Reasoning controls)",
+        shown="none",
+    )
+    responses_store_entries: int = _flag(
+        1024,
+        Group.SERVER,
+        "N",
+        "Responses API: stored responses (store true) kept in this pod for previous_response_id and GET, oldest "
+        "dropped first; 0 keeps none (previous_response_id then always answers 404)",
+        ge=0,
+    )
+    responses_store_bytes: int = _flag(
+        64 * 1024 * 1024,
+        Group.SERVER,
+        "BYTES",
+        "Responses API: bytes of stored conversations (JSON) kept in this pod",
+        shown="67108864 (64 MiB)",
+        ge=0,
+    )
+    responses_store_ttl_seconds: float = _flag(
+        3600.0,
+        Group.SERVER,
+        "S",
+        "Responses API: a stored response older than this is dropped",
+        ge=1,
+        allow_inf_nan=False,
+    )
 
     @field_validator("pipeline_type", "device", "log_level", "embeddings_pooling", mode="before")
     @classmethod
     def _upper(cls, v: Any) -> Any:
         return v.upper() if isinstance(v, str) and not isinstance(v, Enum) else v
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _kwargs_json(cls, v: str) -> str:
+        if v:
+            import json
+
+            try:
+                value = json.loads(v)
+            except ValueError as exc:
+                raise ValueError(f"--chat-template-kwargs is not JSON: {exc}") from None
+            if not isinstance(value, dict):
+                raise ValueError("--chat-template-kwargs must be a JSON object")
+        return v
 
     @model_validator(mode="after")
     def _eviction(self) -> RuntimeFlags:

@@ -18,6 +18,7 @@ from pydantic.json_schema import models_json_schema
 
 from . import endpoints
 from .openai.request import ChatRequest, CompletionRequest
+from .openai.responses_request import ResponsesRequest
 from .report import RuntimeReport
 from .tasks import EXTRA_RERANK_PATHS, TASK_ROUTES
 from .tasks.embeddings import EmbeddingsRequest
@@ -135,6 +136,19 @@ def paths() -> dict[str, dict[str, Any]]:
         out[f"{prefix}/completions"] = _post(
             "Completions (OpenAI)", "CompletionRequest", "a text_completion object", streams=True
         )
+        out[f"{prefix}/responses"] = _post(
+            "Responses (OpenAI)", "ResponsesRequest", "a response object (with `stream`: typed events)", streams=True
+        )
+        rid = [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+        out[f"{prefix}/responses/{{response_id}}"] = {
+            **_get("A stored response (store true; this pod's store)", {"type": "object"}, {"404": "not stored"}),
+            "delete": {
+                "summary": "Delete a stored response",
+                "operationId": None,
+                "responses": {"200": {"description": "deleted"}, "404": {"description": "not stored"}},
+            },
+            "parameters": rid,
+        }
         for path in TASK_ROUTES.values():
             out[f"{prefix}/{path}"] = _post(
                 f"{path.capitalize()} (a serving of that task)", task_bodies[path], f"the {path} answer", streams=False
@@ -164,6 +178,7 @@ def schemas() -> dict[str, Any]:
     models: list[tuple[type[BaseModel], Any]] = [
         (ChatRequest, "validation"),
         (CompletionRequest, "validation"),
+        (ResponsesRequest, "validation"),
         (EmbeddingsRequest, "validation"),
         (RerankRequest, "validation"),
         (RuntimeReport, "serialization"),

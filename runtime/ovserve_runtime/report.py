@@ -202,6 +202,11 @@ class Capabilities(BaseModel):
     maxContext: int | None = Field(None, description="the model's context (max position embeddings), tokens")
     maxPromptTokens: int | None = Field(None, description="the longest prompt accepted, tokens")
     task: Task | None = Field(None, description="text-generation, embeddings or rerank (the resolved task)")
+    thinkingSwitch: str | None = Field(
+        None,
+        description="the chat template's thinking switch (enable_thinking, thinking) that reasoning_effort sets; "
+        "null: reasoning_effort is refused",
+    )
 
 
 class RuntimeReport(BaseModel):

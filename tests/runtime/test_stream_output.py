@@ -8,8 +8,8 @@ import json
 
 import pytest
 from ovserve_runtime.detok import Detokenizer
-from ovserve_runtime.serving.output import StreamOutput
 from ovserve_runtime.openai.responses import Chunks
+from ovserve_runtime.serving.output import StreamOutput
 
 pytestmark = pytest.mark.runtime
 

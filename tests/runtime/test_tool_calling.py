@@ -194,7 +194,8 @@ def test_a_forced_call_cut_at_max_tokens_says_length(qwen):
         max_tokens=5,
     )
     ch = r.choices[0]
-    assert ch.finish_reason == "length" and not ch.message.tool_calls  # the cut call stays text
+    assert ch.finish_reason == "length" and not ch.message.tool_calls
+    assert not ch.message.content  # no raw call markup (an agent would send it back to the model: issue 37)
 
 
 def test_tool_choice_none_renders_no_tools_and_parses_none(qwen):

@@ -239,3 +239,16 @@ def test_parallel_calls_off_in_auto_keeps_the_first_call():
     msg = assistant.message(p, two, new_id=ids())
     assert [c["function"]["name"] for c in msg["tool_calls"]] == ["get_weather"]
     assert msg["content"] == '<tool_call>{"name": "now", "arguments": {}}</tool_call>'
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_forced_call_cut_at_max_tokens_leaves_no_markup_in_content(parallel):
+    p = assistant.plan(HERMES, [NOW, WEATHER], "required", parallel)
+    one = '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
+    for cut in ("<tool_call>\n", '<tool_call>\n{"name": "get_weather", "argu', one + "\n<tool_call>\n{"):
+        msg = assistant.message(p, cut, new_id=ids())
+        assert not msg.get("content"), (cut, msg)  # before: '<tool_call>\n' stayed in content
+        assert len(msg.get("tool_calls") or ()) == (1 if cut.startswith(one) else 0)
+        stream = assistant.OutputStream(p, new_id=ids())
+        deltas = [d for ch in cut for d in stream.feed(ch)] + stream.finish()
+        assert not any(d.get("content") for d in deltas), deltas

@@ -13,6 +13,7 @@ from openapi_spec_validator import validate
 from ovserve_runtime import endpoints, openapi
 from ovserve_runtime.http import App, ServerConfig
 from ovserve_runtime.openai.request import ChatRequest, CompletionRequest
+from ovserve_runtime.openai.responses_request import ResponsesRequest
 from ovserve_runtime.report import PipelineReport, PipelineType, Reason, RuntimeReport, State
 from ovserve_runtime.tasks.embeddings import EmbeddingsRequest
 from ovserve_runtime.tasks.rerank import RerankRequest
@@ -22,6 +23,7 @@ BODIES = {
     "CompletionRequest": CompletionRequest,
     "EmbeddingsRequest": EmbeddingsRequest,
     "RerankRequest": RerankRequest,
+    "ResponsesRequest": ResponsesRequest,
 }
 
 

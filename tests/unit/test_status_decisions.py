@@ -100,7 +100,7 @@ def test_the_last_record_is_kept_while_no_pod_reports_one():
 def test_capabilities_of_the_pods_are_the_status():
     from ovserve_runtime.report import Capabilities
 
-    caps = Capabilities(structuredOutput=True, maxContext=512, maxPromptTokens=256)
+    caps = Capabilities(structuredOutput=True, maxContext=512, maxPromptTokens=256, thinkingSwitch="enable_thinking")
     r = compute({"a": CB_READY.model_copy(update={"capabilities": caps}), "b": LOADING})
     assert r.status["capabilities"] == {
         "structuredOutput": True,
@@ -111,5 +111,6 @@ def test_capabilities_of_the_pods_are_the_status():
         "maxContext": 512,
         "maxPromptTokens": 256,
         "task": None,
+        "thinkingSwitch": "enable_thinking",
     }
     assert compute({"a": CB_READY}).status.get("capabilities") is None

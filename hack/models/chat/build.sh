@@ -7,6 +7,8 @@
 #
 #   tiny-qwen25    Qwen2.5-Instruct's template: tools as Hermes <tool_call> JSON
 #   tiny-qwen3     Qwen3 Thinking-2507's: Hermes tools, and the prompt opens <think>
+#   tiny-qwen3-hybrid  Qwen3's hybrid template: Hermes tools, thinking switched by enable_thinking (false: the
+#                  prompt holds an empty <think></think>)
 #   tiny-llama31   Llama 3.1 Instruct's: tools as JSON {"name", "parameters"}
 #   tiny-llama32   Llama 3.2's pythonic tool template (vLLM's): tools as [f(a=1)]
 #
@@ -22,14 +24,15 @@ log() { printf '[models %s] %s\n' "$(date +%T)" "$*" >&2; }
 declare -A TEMPLATE=(
   [tiny-qwen25]=qwen2.5.jinja
   [tiny-qwen3]=qwen3-thinking.jinja
+  [tiny-qwen3-hybrid]=qwen3.jinja
   [tiny-llama31]=llama3.1.jinja
   [tiny-llama32]=llama3.2-pythonic.jinja
 )
-ALL=(tiny-qwen25 tiny-qwen3 tiny-llama31 tiny-llama32)
+ALL=(tiny-qwen25 tiny-qwen3 tiny-qwen3-hybrid tiny-llama31 tiny-llama32)
 targets=()
 for a in "$@"; do
   case $a in
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) [ -n "${TEMPLATE[$a]:-}" ] || { echo "unknown model: $a" >&2; exit 2; }; targets+=("$a") ;;
   esac
 done

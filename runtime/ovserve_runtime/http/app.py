@@ -25,6 +25,7 @@ from ..serving import (
     STREAMING,
     ChatServing,
     CompletionServing,
+    ResponsesServing,
     ServerConfig,
     ServingState,
     TaskServing,
@@ -74,6 +75,7 @@ class App:
         self.web.on_cleanup.append(self._close)
         self.chat = ChatServing(self.state)
         self.completions = CompletionServing(self.state)
+        self.responses = ResponsesServing(self.state)
         self.task_servings = {
             t: TaskServing(self.state, t, path, inline=t == Task.EMBEDDINGS) for t, path in TASK_ROUTES.items()
         }
@@ -81,6 +83,9 @@ class App:
         for prefix in endpoints.API_PREFIXES:
             r.add_post(f"{prefix}/chat/completions", self.chat.handle, expect_handler=self._expect)
             r.add_post(f"{prefix}/completions", self.completions.handle, expect_handler=self._expect)
+            r.add_post(f"{prefix}/responses", self.responses.handle, expect_handler=self._expect)
+            r.add_get(f"{prefix}/responses/{{response_id}}", self.responses.get)
+            r.add_delete(f"{prefix}/responses/{{response_id}}", self.responses.delete)
             r.add_get(f"{prefix}/models", self.models)
             r.add_get(f"{prefix}/models/{{model}}", self.model)
         for prefix in endpoints.API_PREFIXES:  # /v3/embeddings, /v3/rerank

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..report import Decision, Source
-from . import reasoning, tools
+from . import reasoning, thinking, tools
 from .grammar import GrammarJob
 from .reasoning import ReasoningStream
 from .tools import Function, ToolCallStream
@@ -51,6 +51,7 @@ class Parsers:
     reasoning_source: str = "automatic"
     tool_detail: str = ""
     reasoning_detail: str = ""
+    thinking_switch: str | None = None  # the template variable reasoning_effort sets (openai/thinking.py)
 
 
 def resolve_parsers(tool_flag: str, reasoning_flag: str, chat_template: str | None) -> Parsers:
@@ -77,7 +78,8 @@ def resolve_parsers(tool_flag: str, reasoning_flag: str, chat_template: str | No
     else:
         rsn = None if reasoning_flag == NONE else reasoning_flag
         rsn_src, rsn_detail = "requested", ""
-    return Parsers(tool, rsn, renders, tool_src, rsn_src, tool_detail, rsn_detail)
+    switch = thinking.detect_switch(chat_template)
+    return Parsers(tool, rsn, renders, tool_src, rsn_src, tool_detail, rsn_detail, switch)
 
 
 def decisions(parsers: Parsers) -> dict[str, Decision]:
@@ -256,6 +258,10 @@ class OutputStream:
         for d in deltas:
             if d.tool_call is not None:
                 self.calls += 1
+            elif self.plan.forced is not None:
+                # a forced call's output is calls only (its grammar): text here is the markup of a call cut at
+                # max_tokens; as content, an agent would send that fragment back to the model on its next turn
+                continue
             out.append(d.openai())
         return out
 

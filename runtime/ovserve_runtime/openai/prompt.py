@@ -78,13 +78,18 @@ def render(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
     with_tools: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> str:
-    """The prompt text: the chat template with the generation prompt, or a plain transcript for a model without
-    one. With tools or tool turns (`with_tools`), a template that fails is a 400: a transcript would drop them."""
+    """The prompt text: the chat template with the generation prompt (and the template variables `extra`:
+    chat_template_kwargs, the thinking switch), or a plain transcript for a model without one. With tools or tool
+    turns (`with_tools`), a template that fails is a 400: a transcript would drop them."""
+    kw: dict[str, Any] = {}
+    if tools:
+        kw["tools"] = tools
+    if extra:
+        kw["extra_context"] = extra
     try:
-        if tools:
-            return apply_chat_template(messages, add_generation_prompt=True, tools=tools)
-        return apply_chat_template(messages, add_generation_prompt=True)
+        return apply_chat_template(messages, add_generation_prompt=True, **kw)
     except Exception as exc:
         if tools or with_tools:
             msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__

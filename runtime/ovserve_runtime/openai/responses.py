@@ -143,3 +143,7 @@ class Chunks:
     @staticmethod
     def error(err: ApiError) -> bytes:
         return sse(err.body())
+
+    @staticmethod
+    def done() -> bytes:
+        return DONE

@@ -194,6 +194,7 @@ class Events:
         self.seq = 0
         self.finish_reason = "stop"
         self.failed = False
+        self.final: dict[str, Any] | None = None  # the response object of response.completed / .incomplete
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self.seq, **fields}
@@ -284,8 +285,8 @@ class Events:
         if self.failed:  # response.failed was the end
             return b""
         status = status_of(self.finish_reason)
-        final = self._response(status, self.usage_of(self.output))
-        return self._event(f"response.{status}", response=final)
+        self.final = self._response(status, self.usage_of(self.output))
+        return self._event(f"response.{status}", response=self.final)
 
     def error(self, err: ApiError) -> bytes:
         body = err.body()["error"]

@@ -5,6 +5,7 @@ state     ServerConfig (from the flags) and ServingState: report, metrics, engin
 base      Serving: handle(request) = task check, body (413/408), admit or 429, prepare, submit or 503, track,
           respond, then untrack, cancel, release, count; read_body, error_response
 generate  GenerationServing and its siblings ChatServing and CompletionServing (streams, n choices, answers)
+responses ResponsesServing: the Responses API, a sibling of chat (its store: responsestore.py)
 task      TaskServing: embeddings and rerank (the task's service prepares and responds; tasks/ loads it)
 prepare   a validated body -> an engine GenRequest, from a small Context (never the server)
 output    the per-request output path: token ids -> text -> response or stream chunks (stream interval here)
@@ -16,6 +17,7 @@ task loaders (tasks/). The protocol itself (request models, response builders, g
 
 from .base import INLINE_BODY_BYTES, STREAMING, Serving, error_response, read_body, wrong_task
 from .generate import ChatServing, CompletionServing, GenerationServing
+from .responses import ResponsesServing
 from .state import ServerConfig, ServingState
 from .task import TaskServing
 
@@ -25,6 +27,7 @@ __all__ = [
     "ChatServing",
     "CompletionServing",
     "GenerationServing",
+    "ResponsesServing",
     "ServerConfig",
     "Serving",
     "ServingState",

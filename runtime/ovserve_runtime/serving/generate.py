@@ -63,15 +63,18 @@ class GenerationServing(Serving):
         return self.stage(state.prepare_context(), engine, body)
 
     async def _prepare(self, raw: bytes):
-        """Validation, chat template and image decoding (in the bounded pool, or inline for a small body),
-        then tokenization (the batch encoder), then the generation config."""
+        return await self.prepare_staged(lambda: self._stage(raw), len(raw))
+
+    async def prepare_staged(self, stage, size: int):
+        """Validation, chat template and image decoding (`stage()`: in the bounded pool, or inline for a small
+        body of `size` bytes), then tokenization (the batch encoder), then the generation config."""
         state = self.state
         try:
-            if len(raw) <= INLINE_BODY_BYTES:  # a pool round trip costs more than parsing it here
-                staged = self._stage(raw)
+            if size <= INLINE_BODY_BYTES:  # a pool round trip costs more than parsing it here
+                staged = stage()
             else:
                 loop = asyncio.get_running_loop()
-                staged = await loop.run_in_executor(state.pool, self._stage, raw)
+                staged = await loop.run_in_executor(state.pool, stage)
             if staged.job is not None:  # in the grammar worker, with a deadline; cached by content
                 try:
                     staged.constraint = await state.grammars.build(staged.job)

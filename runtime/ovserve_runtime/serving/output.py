@@ -18,7 +18,7 @@ import asyncio
 from ..detok import Detokenizer
 from ..openai import assistant
 from ..openai.errors import event_error
-from ..openai.responses import DONE, Chunks, logprobs_content, usage
+from ..openai.responses import Chunks, logprobs_content, usage
 from .sse import SSEWriter
 
 
@@ -199,7 +199,7 @@ class StreamOutput:
                 out.append(chunks.finish(finish))
             if chunks.include_usage:
                 out.append(chunks.usage(usage(prompt_tokens, greq.generated)))
-            out.append(DONE)
+            out.append(chunks.done())  # chat's [DONE]; a Responses stream ends with its last event
             await self.writer.close(b"".join(out))  # the end of the stream in one write
         finally:
             self.take_held()  # no held text may reach this connection after the handler (keep-alive reuse)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..openai import assistant, grammar, prompt, support
+from ..openai import assistant, grammar, prompt, support, thinking
 from ..openai.assistant import OutputPlan, ToolError
 from ..openai.errors import ApiError, unknown_model
 from ..openai.grammar import GrammarJob
@@ -35,6 +35,7 @@ class Context:
     max_images: int
     max_image_pixels: int
     max_decoded_image_bytes: int
+    template_kwargs: dict = field(default_factory=dict)  # the serving's chat template variables (a default)
 
 
 @dataclass
@@ -112,10 +113,16 @@ def chat_prompt(ctx: Context, engine, body: ChatRequest, plan: OutputPlan | None
         except ImageError as exc:
             raise ApiError(exc.status, str(exc), param=param, code=exc.code) from exc
 
+    try:  # the variables the template is rendered with: the serving's, the effort's switch, the request's own
+        extra = thinking.template_kwargs(
+            ctx.template_kwargs, ctx.parsers.thinking_switch, body.reasoning_effort, body.chat_template_kwargs
+        )
+    except thinking.ThinkingError as exc:
+        raise ApiError(400, exc.message, param=exc.param, code="unsupported_value") from None
     flat, images = prompt.template_messages(body.messages, engine.is_vlm, limits.max_images, decode)
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if plan and plan.render_tools and body.tools else None
     with_tools = prompt.tool_turn(body.messages) is not None
-    return prompt.render(engine.tokenizer.apply_chat_template, flat, tools, with_tools), images
+    return prompt.render(engine.tokenizer.apply_chat_template, flat, tools, with_tools, extra), images
 
 
 def precheck(ctx: Context, text: str, param: str) -> None:

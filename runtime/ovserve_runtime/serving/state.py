@@ -9,6 +9,7 @@ No aiohttp here: the servings (base.py) turn its ApiErrors into responses.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -26,6 +27,7 @@ from ..openai.errors import ApiError
 from ..openai.grammar import Limits
 from ..openai.support import PipelineSupport
 from ..report import Capabilities, RuntimeReport, State
+from ..responsestore import ResponseStore
 from .prepare import Context
 
 log = logging.getLogger("ovserve.server")
@@ -58,6 +60,10 @@ class ServerConfig:
     grammar_cache_entries: int = default("grammar_cache_entries")
     grammar_cache_bytes: int = default("grammar_cache_bytes")
     grammar_memory_bytes: int = default("grammar_memory_bytes")  # the worker's RLIMIT_AS
+    chat_template_kwargs: str = default("chat_template_kwargs")  # JSON: the serving's template variables
+    responses_store_entries: int = default("responses_store_entries")
+    responses_store_bytes: int = default("responses_store_bytes")
+    responses_store_ttl_seconds: float = default("responses_store_ttl_seconds")
     reasoning_parser: str = default("reasoning_parser")
 
     @classmethod
@@ -101,6 +107,10 @@ class ServingState:
             on_outcome=self.metrics.grammar_outcome,
         )
         self.drain = Drain(cfg.drain_timeout_s, abort=self._abort)
+        self.responses = ResponseStore(
+            cfg.responses_store_entries, cfg.responses_store_bytes, cfg.responses_store_ttl_seconds
+        )
+        self.template_kwargs: dict = json.loads(cfg.chat_template_kwargs) if cfg.chat_template_kwargs else {}
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -160,6 +170,7 @@ class ServingState:
             logprobs=self.support.logprobs,
             maxContext=self.max_position,
             maxPromptTokens=self.prompt_limit,
+            thinkingSwitch=self.parsers.thinking_switch,
         )
 
     def fail(self, message: str) -> None:
@@ -199,6 +210,7 @@ class ServingState:
             max_images=cfg.max_images,
             max_image_pixels=cfg.max_image_pixels,
             max_decoded_image_bytes=cfg.max_decoded_image_bytes,
+            template_kwargs=self.template_kwargs,
         )
 
     def queue_full(self) -> ApiError:
