@@ -71,6 +71,13 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("ovserve_ready", "1 when the pipeline is loaded and serving", registry=r)
+        self.refusals = Counter(
+            "ovserve_refusals",
+            "4xx answers by status, error.code and error.param (indexes dropped, unknown field names as "
+            "'(unknown field)', at most 256 label sets: refusals.py)",
+            ["status", "code", "param"],
+            registry=r,
+        )
         self.grammar_builds = Counter(
             "ovserve_grammar_builds",
             "Output grammars asked for (json_schema, forced tool calls) by outcome: hit (cached), built, refused "

@@ -130,6 +130,23 @@ def test_refusals_name_the_field(thinker, fields, param):
     assert (status, err["error"]["param"]) == (400, param), err
 
 
+def test_every_refusal_is_logged_and_counted(thinker):
+    """A platform team sees which field a client tripped on (issue 37): a log line and a metric per 4xx."""
+    before = thinker.metric("ovserve_refusals_total", 'code="unknown_parameter",param="(unknown field)"')
+    status, err = post(
+        thinker, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_token": 3}
+    )
+    assert status == 400 and err["error"]["param"] == "max_token"
+    status, _ = post(thinker, "/v1/responses", {"input": "x", "reasoning": {"effort": "loud"}})
+    assert status == 400
+    after = thinker.metric("ovserve_refusals_total", 'code="unknown_parameter",param="(unknown field)"')
+    assert after == before + 1
+    assert thinker.metric("ovserve_refusals_total", 'status="400",param="reasoning.effort"') >= 1
+    log = thinker.log.read_text()
+    assert "refused POST /v1/chat/completions: 400 code=unknown_parameter param=max_token" in log
+    assert '"x"' not in log.split("refused POST /v1/chat/completions")[-1][:200]  # never the body
+
+
 def test_reasoning_effort_switches_the_template(thinker, cb_server):
     c = client(thinker, "/v1")
     off = c.responses.create(model="thinker", input="hi", reasoning={"effort": "none"}, max_output_tokens=2)

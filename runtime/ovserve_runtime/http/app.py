@@ -20,8 +20,10 @@ from aiohttp import web
 from .. import endpoints
 from ..metrics import Metrics
 from ..openai.errors import ApiError, too_large, unknown_model
+from ..refusals import Refusals
 from ..report import Capabilities, Reason, RuntimeReport, State, Task
 from ..serving import (
+    REFUSAL,
     STREAMING,
     ChatServing,
     CompletionServing,
@@ -71,7 +73,8 @@ class App:
         self.state = ServingState(cfg, report, metrics)
         self.watchdog = Watchdog(cfg.liveness_stall_seconds)
         # client_max_size bounds a chunked body too (Content-Length is checked before reading)
-        self.web = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[json_errors])
+        self.refusals = Refusals(self.state.metrics.refusals)
+        self.web = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[self._visible, json_errors])
         self.web.on_cleanup.append(self._close)
         self.chat = ChatServing(self.state)
         self.completions = CompletionServing(self.state)
@@ -101,6 +104,17 @@ class App:
             r.add_get(path, self.openapi)
         self._openapi: bytes | None = None  # rendered at the first request (pydantic's schema pass: ~100 ms)
         self.state.drain.install(self.web)
+
+    @web.middleware
+    async def _visible(self, request: web.Request, handler) -> web.StreamResponse:
+        """Every 4xx answered is logged (rate-limited) and counted by code and param: refusals.py."""
+        resp = await handler(request)
+        if 400 <= resp.status < 500:
+            err = resp.get(REFUSAL)
+            self.refusals.record(
+                request.method, request.path, resp.status, getattr(err, "code", None), getattr(err, "param", None)
+            )
+        return resp
 
     async def _expect(self, request: web.Request) -> web.StreamResponse | None:
         """`Expect: 100-continue` (curl sends it for bodies over 1 MiB): a body over the limit is refused

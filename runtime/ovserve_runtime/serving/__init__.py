@@ -15,7 +15,7 @@ It imports neither the HTTP app (http/, which builds the state and the servings 
 task loaders (tasks/). The protocol itself (request models, response builders, grammars) is ovserve_runtime.openai.
 """
 
-from .base import INLINE_BODY_BYTES, STREAMING, Serving, error_response, read_body, wrong_task
+from .base import INLINE_BODY_BYTES, REFUSAL, STREAMING, Serving, error_response, read_body, wrong_task
 from .generate import ChatServing, CompletionServing, GenerationServing
 from .responses import ResponsesServing
 from .state import ServerConfig, ServingState
@@ -23,6 +23,7 @@ from .task import TaskServing
 
 __all__ = [
     "INLINE_BODY_BYTES",
+    "REFUSAL",
     "STREAMING",
     "ChatServing",
     "CompletionServing",

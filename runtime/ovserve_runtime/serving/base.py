@@ -30,8 +30,13 @@ STREAMING = "ovserve.streaming"  # request key: set once an SSE response has bee
 INLINE_BODY_BYTES = 16 * 1024  # a body this small is validated on the event loop (no pool round trip)
 
 
+REFUSAL = "ovserve.error"  # response key: the ApiError an error response answers (refusals.py logs and counts it)
+
+
 def error_response(err: ApiError) -> web.Response:
-    return web.json_response(err.body(), status=err.status, headers=err.headers)
+    resp = web.json_response(err.body(), status=err.status, headers=err.headers)
+    resp[REFUSAL] = err
+    return resp
 
 
 def wrong_task(served: Task | None, path: str, wanted: Task) -> ApiError:
