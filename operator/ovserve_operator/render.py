@@ -139,6 +139,11 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
         "stream_interval_ms": serving.streamIntervalMs,
         "tool_parser": serving.toolParser,
         "reasoning_parser": serving.reasoningParser,
+        "chat_template_kwargs": (
+            json.dumps(serving.chatTemplateKwargs, sort_keys=True, separators=(",", ":"))
+            if serving.chatTemplateKwargs
+            else None
+        ),
         # AUTO is the runtime's default: not rendered (an unchanged template hash for existing servings)
         "task": spec.task if spec.task != Task.AUTO else None,
         "embeddings_pooling": emb.pooling,

@@ -6,13 +6,14 @@ validates every object it handles with them, and the status it writes is an `LLM
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from ovserve_runtime import flags
 from ovserve_runtime.flags import Pooling
 from ovserve_runtime.report import Capabilities, Decisions, EmbeddingsReport, PipelineType, Task
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 GROUP = "ovserve.dev"
 VERSION = "v1alpha1"
@@ -530,6 +531,27 @@ class ServingConfig(_Strict):
         "picks qwen3 (a <think> block) when the chat template writes <think>, deepseek_r1 (the output starts in "
         "the reasoning) when it strips </think> only, else none. none: all output is content.",
     )
+    chatTemplateKwargs: dict[str, Any] | None = Field(
+        None,
+        description="Variables every chat request's template is rendered with, e.g. {enable_thinking: false} "
+        "to turn Qwen3's thinking off by default; a request's chat_template_kwargs and reasoning_effort override "
+        "them. At most 16 names, 4 KiB of JSON. Recorded in status.decisions.chatTemplateKwargs.",
+        json_schema_extra=_PRESERVE,
+    )
+
+    @field_validator("chatTemplateKwargs")
+    @classmethod
+    def _template_kwargs(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        from ovserve_runtime.openai.thinking import KWARG_NAME, MAX_KWARGS, MAX_KWARGS_BYTES
+
+        if len(v) > MAX_KWARGS or len(json.dumps(v)) > MAX_KWARGS_BYTES:
+            raise ValueError(f"at most {MAX_KWARGS} names and {MAX_KWARGS_BYTES} bytes of JSON")
+        bad = [k for k in v if not KWARG_NAME.match(k)]
+        if bad:
+            raise ValueError(f"{bad[0][:70]!r} is not a template variable name")
+        return v
 
 
 NAMESPACE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import decisions
 from .flags import RuntimeFlags, add_arguments, from_sources
-from .openai import assistant
+from .openai import assistant, thinking
 from .report import (
     TERMINATION_MESSAGE_LIMIT,
     PipelineReport,
@@ -212,6 +212,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
     )
     if loaded.task.resolved == Task.TEXT_GENERATION:  # embeddings and rerank read no tool calls
         record = record.model_copy(update=assistant.decisions(app.parsers))
+        record = record.model_copy(update=thinking.decision(app.state.template_kwargs, app.parsers.thinking_switch))
     update = {
         "state": State.READY,
         "pipeline": pipeline,

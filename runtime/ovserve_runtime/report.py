@@ -128,6 +128,9 @@ class Decisions(BaseModel):
     openvinoGenai: Decision | None = Field(None, description="The openvino-genai version of the image.")
     toolParser: Decision | None = Field(None, description="How tool calls are read from the output (none: off).")
     reasoningParser: Decision | None = Field(None, description="How reasoning is split off the output (none: off).")
+    chatTemplateKwargs: Decision | None = Field(
+        None, description="Variables every chat template is rendered with (--chat-template-kwargs; none: unset)."
+    )
 
     def items(self) -> list[tuple[str, Decision]]:
         """(name, decision) of the decisions that are set, in field order."""

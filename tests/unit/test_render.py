@@ -447,3 +447,15 @@ def test_network_policy(spec, settings, sources):
     assert np["spec"]["policyTypes"] == ["Ingress"]
     want = [{"from": sources, "ports": [{"protocol": "TCP", "port": 8000}]}] if sources else []
     assert np["spec"]["ingress"] == want
+
+
+def test_chat_template_kwargs_become_the_runtimes_flag():
+    """spec.serving.chatTemplateKwargs: the serving's default template variables (issue 37), as canonical JSON."""
+    _svc, _dep, pod = objs({"model": HOST, "serving": {"chatTemplateKwargs": {"enable_thinking": False, "a": 1}}})
+    args = container(pod)["args"]
+    assert json.loads(arg(args, "--chat-template-kwargs")) == {"a": 1, "enable_thinking": False}
+    _svc, _dep, pod = objs({"model": HOST})
+    assert "--chat-template-kwargs" not in container(pod)["args"]  # unset: no flag, an unchanged template hash
+    for bad in ({"not a name": 1}, {f"k{i}": 1 for i in range(17)}):
+        with pytest.raises(ValueError):
+            api.parse_spec({"model": HOST, "serving": {"chatTemplateKwargs": bad}})

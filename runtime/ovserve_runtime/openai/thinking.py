@@ -15,8 +15,11 @@ Pure.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
+
+from ..report import Decision, Source
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 OFF_EFFORTS = ("none", "minimal")
@@ -69,3 +72,20 @@ def template_kwargs(
         out[switch] = on
     out.update(explicit or {})
     return out
+
+
+def decision(default: dict[str, Any], switch: str | None) -> dict[str, Decision]:
+    """The serving's template variables as an entry of the decision record (chatTemplateKwargs)."""
+    detail = (
+        f"thinking switch: {switch}"
+        if switch
+        else "no thinking switch in the chat template: reasoning_effort is refused"
+    )
+    return {
+        "chatTemplateKwargs": Decision(
+            value=json.dumps(default, sort_keys=True) if default else "none",
+            source=Source.REQUESTED if default else Source.AUTOMATIC,
+            requested=json.dumps(default, sort_keys=True) if default else None,
+            detail=detail,
+        )
+    }
