@@ -219,3 +219,17 @@ def test_the_store_is_bounded_in_entries_bytes_and_age():
     for i in range(10):
         small.put(str(i), {"id": str(i), "t": "x" * 40}, [])
     assert small.bytes <= 200 and small.get("9") and small.get("0") is None
+
+
+def test_every_responses_field_is_in_the_support_table_and_the_docs_are_generated():
+    from pathlib import Path
+
+    from ovserve_runtime.openai import responses_support
+
+    assert responses_support.request_fields() - responses_support.covered() == set()
+    assert responses_support.covered() - responses_support.request_fields() == set()
+    doc = Path(__file__).resolve().parents[2] / "docs" / "runtime.md"
+    text = doc.read_text()
+    assert responses_support.DOCS.render_into(text) == text, (
+        "docs/runtime.md drifted: python -m ovserve_runtime.openai.responses_support --write docs/runtime.md"
+    )
