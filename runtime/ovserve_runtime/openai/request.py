@@ -71,6 +71,15 @@ Float = Annotated[float, Field(allow_inf_nan=False)]
 Penalty = Annotated[float, Field(allow_inf_nan=False, ge=-2, le=2)]
 
 
+def _schema_size(v: dict[str, Any]) -> dict[str, Any]:
+    if len(json.dumps(v)) > MAX_SCHEMA_BYTES:
+        raise PydanticCustomError("invalid_value", f"the schema is larger than {MAX_SCHEMA_BYTES} bytes")
+    return v
+
+
+Schema = Annotated[dict[str, Any], AfterValidator(_schema_size)]  # a JSON schema, refused beyond MAX_SCHEMA_BYTES
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
@@ -168,17 +177,10 @@ class JSONSchemaFormat(_Strict):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str | None = None
     # strict: the output always matches the schema here (constrained decoding), strict or not
-    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    schema_: Schema | None = Field(None, alias="schema")
     strict: bool | None = None
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
-
-    @field_validator("schema_")
-    @classmethod
-    def _size(cls, v: dict | None) -> dict | None:
-        if v is not None and len(json.dumps(v)) > MAX_SCHEMA_BYTES:
-            raise PydanticCustomError("invalid_value", f"the schema is larger than {MAX_SCHEMA_BYTES} bytes")
-        return v
 
 
 class ResponseFormat(_Strict):
@@ -197,17 +199,10 @@ class ResponseFormat(_Strict):
 class FunctionDef(_Strict):
     name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
-    parameters: dict[str, Any] | None = None  # a JSON schema of the arguments object
+    parameters: Schema | None = None  # a JSON schema of the arguments object
     # strict: a forced call's arguments always fit the schema here (constrained decoding), strict or not;
     # an "auto" call is the model's own and is checked for valid JSON only
     strict: bool | None = None
-
-    @field_validator("parameters")
-    @classmethod
-    def _size(cls, v: dict | None) -> dict | None:
-        if v is not None and len(json.dumps(v)) > MAX_SCHEMA_BYTES:
-            raise PydanticCustomError("invalid_value", f"the schema is larger than {MAX_SCHEMA_BYTES} bytes")
-        return v
 
 
 class Tool(_Strict):
