@@ -26,7 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .openai.grammar import GrammarError, GrammarJob, Limits, run
+from .openai import forced
+from .openai.grammar import GrammarError, GrammarJob, Limits, check_regex, schema_regex
+from .openai.tools import Function
 
 log = logging.getLogger("ovserve.grammars")
 
@@ -34,6 +36,24 @@ log = logging.getLogger("ovserve.grammars")
 @dataclass(frozen=True)
 class _Refused:
     message: str
+
+
+def build_job(job: GrammarJob, limits: Limits) -> dict[str, str]:
+    """What the worker runs: the StructuredOutputConfig keyword arguments of a job (GrammarError for what cannot
+    or may not be built). Pure; tests call it directly."""
+    if job.kind == "schema":
+        regex = schema_regex(job.schema_ or {"type": "object"}, limits)
+    else:
+        functions = [Function(name=n, parameters=p) for n, p in job.functions]
+        try:
+            calls = forced.forced_calls(job.parser or "", functions, parallel=job.parallel, limits=limits)
+        except GrammarError:
+            raise
+        except ValueError as exc:
+            raise GrammarError(f"cannot force a call to these tools: {exc}") from None
+        regex = forced.regex_literal(job.prefix) + "(" + calls.regex + ")" if job.prefix else calls.regex
+    check_regex(regex, limits)
+    return {"regex": regex}
 
 
 def _worker_main(conn: Any, limits: Limits, memory_bytes: int) -> None:
@@ -48,7 +68,7 @@ def _worker_main(conn: Any, limits: Limits, memory_bytes: int) -> None:
         except (EOFError, OSError):
             return
         try:
-            conn.send(("ok", run(GrammarJob.model_validate(raw), limits)))
+            conn.send(("ok", build_job(GrammarJob.model_validate(raw), limits)))
         except GrammarError as exc:
             conn.send(("refused", str(exc)))
         except MemoryError:

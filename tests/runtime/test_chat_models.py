@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.runtime
 
 g = pytest.importorskip("openvino_genai")
-from ovserve_runtime.openai import reasoning, tools  # noqa: E402
+from ovserve_runtime.openai import forced, reasoning, tools  # noqa: E402
 
 TOOLS = [
     {
@@ -79,17 +79,17 @@ def test_forced_calls_from_random_weights_are_valid(chat_models, name, parallel)
     )
     assert len(tok.encode(prompt).input_ids.data[0]) > 512
     functions = [tools.Function(name=t["function"]["name"], parameters=t["function"].get("parameters")) for t in TOOLS]
-    forced = tools.forced_calls(tools.detect(tok.chat_template), functions, parallel=parallel)
+    calls = forced.forced_calls(tools.detect(tok.chat_template), functions, parallel=parallel)
     schema = TOOLS[0]["function"]["parameters"]
     for seed in range(8):
         cfg = g.GenerationConfig(max_new_tokens=1000, do_sample=True, temperature=1.0, rng_seed=seed)
-        cfg.structured_output_config = g.StructuredOutputConfig(regex=forced.regex)
+        cfg.structured_output_config = g.StructuredOutputConfig(regex=calls.regex)
         text = pipe.generate([prompt], [cfg])[0].m_generation_ids[0]  # text, for a text prompt
         # XGrammar admits overlong UTF-8 leads (0xC0, 0xC1), which random weights sometimes pick; the
         # detokenizer makes them U+FFFD: the JSON stays valid, a string may count more characters than its
         # maxLength. Trained models do not write such bytes.
-        assert re.fullmatch(forced.regex, text) or "\ufffd" in text, text
-        parsed = tools.parse(forced.parser, text, {"get_weather", "now"})
+        assert re.fullmatch(calls.regex, text) or "\ufffd" in text, text
+        parsed = tools.parse(calls.parser, text, {"get_weather", "now"})
         assert parsed.content is None and parsed.tool_calls
         assert parallel or len(parsed.tool_calls) == 1
         for call in parsed.tool_calls:

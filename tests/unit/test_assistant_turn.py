@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from ovserve_runtime.grammars import build_job
 from ovserve_runtime.openai import assistant, grammar
 from ovserve_runtime.openai.assistant import OutputPlan, Parsers, ToolError
 from ovserve_runtime.openai.tools import Function
@@ -80,7 +81,7 @@ def test_plan(parsers, functions, choice, parallel, parser, forced, render):
 
 
 def _regex(p) -> str:
-    return grammar.run(p.grammar_job(), grammar.Limits())["regex"]
+    return build_job(p.grammar_job(), grammar.Limits())["regex"]
 
 
 def test_forced_grammar_admits_only_the_named_function_and_one_call():

@@ -1,4 +1,4 @@
-"""The grammar of a forced tool call (ovserve_runtime.openai.tools.forced_calls): what it admits is a call in
+"""The grammar of a forced tool call (ovserve_runtime.openai.forced.forced_calls): what it admits is a call in
 the family's format with compact arguments fitting the parameters schema, and reads back as that call."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from ovserve_runtime.openai import tools
+from ovserve_runtime.openai import forced, tools
 from ovserve_runtime.openai.tools import Function
 
 pytest.importorskip("outlines_core")
@@ -55,8 +55,8 @@ BAD_ARGS = [
 
 @pytest.mark.parametrize(("parser", "fmt", "sep"), [("hermes", hermes, "\n"), ("llama3_json", llama, "; ")])
 def test_the_grammar_admits_exactly_valid_calls(parser, fmt, sep):
-    one = tools.forced_calls(parser, FUNCS, parallel=False)
-    many = tools.forced_calls(parser, FUNCS, parallel=True, max_calls=3)
+    one = forced.forced_calls(parser, FUNCS, parallel=False)
+    many = forced.forced_calls(parser, FUNCS, parallel=True, max_calls=3)
     assert one.parser == many.parser == parser
     for name, args in OK_ARGS:
         text = fmt(name, args)
@@ -78,14 +78,14 @@ def test_the_grammar_admits_exactly_valid_calls(parser, fmt, sep):
 
 
 def test_a_named_function_admits_only_that_one():
-    named = tools.forced_calls("hermes", [NOW], parallel=False)
+    named = forced.forced_calls("hermes", [NOW], parallel=False)
     assert re.fullmatch(named.regex, hermes("now", "{}"))
     assert not re.fullmatch(named.regex, hermes("get_weather", '{"city":"Paris","unit":"c"}'))
 
 
 def test_pythonic_models_are_forced_to_the_json_format():
-    forced = tools.forced_calls("llama3_pythonic", [NOW], parallel=False)
-    assert forced.parser == "llama3_json" and re.fullmatch(forced.regex, llama("now", "{}"))
+    calls = forced.forced_calls("llama3_pythonic", [NOW], parallel=False)
+    assert calls.parser == "llama3_json" and re.fullmatch(calls.regex, llama("now", "{}"))
 
 
 @pytest.mark.parametrize(
@@ -94,12 +94,12 @@ def test_pythonic_models_are_forced_to_the_json_format():
 )
 def test_refused_functions(functions, message):
     with pytest.raises(ValueError, match=message):
-        tools.forced_calls("hermes", functions, parallel=False)
+        forced.forced_calls("hermes", functions, parallel=False)
 
 
 def test_unknown_parser_is_refused():
     with pytest.raises(ValueError, match="unknown tool parser"):
-        tools.forced_calls("mistral", [NOW], parallel=False)
+        forced.forced_calls("mistral", [NOW], parallel=False)
 
 
 def test_integer_bounds_reach_the_grammar():
@@ -111,15 +111,15 @@ def test_integer_bounds_reach_the_grammar():
         },
         "required": ["a", "b"],
     }
-    regex = re.compile(tools.arguments_regex(schema))
+    regex = re.compile(forced.arguments_regex(schema))
     assert regex.fullmatch('{"a":9,"b":[-2,0,2]}')
     assert not regex.fullmatch('{"a":10,"b":[]}') and not regex.fullmatch('{"a":0,"b":[]}')
     assert not regex.fullmatch('{"a":5,"b":[3]}')
     with pytest.raises(ValueError):
-        tools.arguments_regex({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 2}}})
+        forced.arguments_regex({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 2}}})
 
 
 def test_no_string_class_reaches_past_ascii_delete():
     """XGrammar warns on every request for a negative class reaching U+009F (outlines-core's default)."""
-    regex = tools.arguments_regex({"type": "object", "properties": {"s": {"type": "string"}}})
+    regex = forced.arguments_regex({"type": "object", "properties": {"s": {"type": "string"}}})
     assert "\\x9F" not in regex and re.fullmatch(regex, '{"s":"Zürich 東京"}')

@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from ovserve_runtime.grammars import GrammarService
+from ovserve_runtime.grammars import GrammarService, build_job
 from ovserve_runtime.openai import grammar
 from ovserve_runtime.openai.grammar import GrammarError, GrammarJob, Limits
 from ovserve_runtime.openai.jsonpattern import PatternError, rewrite
@@ -64,7 +64,7 @@ def int_prop(**bounds) -> dict:
 )
 def test_hostile_schemas_are_refused_by_name(schema, says):
     with pytest.raises(GrammarError, match=re.escape(says)):
-        grammar.run(GrammarJob(kind="schema", param="response_format", schema_=schema), Limits())
+        build_job(GrammarJob(kind="schema", param="response_format", schema_=schema), Limits())
 
 
 def test_a_wide_ref_tree_is_refused_by_its_expansion_before_outlines_runs():
@@ -144,11 +144,11 @@ def test_patterns_outside_the_dialect_are_refused_by_name(pattern, says):
 
 def test_a_forced_call_job_builds_the_family_format():
     job = GrammarJob(kind="forced", param="tools", parser="hermes", functions=(("now", None),), prefix="</think>\n\n")
-    rx = grammar.run(job, Limits())["regex"]
+    rx = build_job(job, Limits())["regex"]
     assert re.fullmatch(rx, '</think>\n\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>')
     hostile = job.model_copy(update={"functions": (("now", optional_tree(3, 12)),)})
     with pytest.raises(GrammarError, match="bytes, more than the limit"):
-        grammar.run(hostile, Limits())
+        build_job(hostile, Limits())
 
 
 def test_the_job_key_is_the_content():

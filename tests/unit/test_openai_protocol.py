@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from ovserve_runtime.grammars import build_job
 from ovserve_runtime.http.watchdog import Watchdog
 from ovserve_runtime.openai import grammar, responses, support
 from ovserve_runtime.openai.errors import ApiError
@@ -249,7 +250,7 @@ def test_constraint_per_format():
     fmt = ResponseFormat.model_validate({"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}})
     job = grammar.constraint(fmt)  # a json_schema is built off the loop, in the grammar worker
     assert isinstance(job, grammar.GrammarJob) and job.param == "response_format"
-    assert set(grammar.run(job, grammar.Limits())) == {"regex"}
+    assert set(build_job(job, grammar.Limits())) == {"regex"}
 
 
 # --- responses -------------------------------------------------------------------------------------

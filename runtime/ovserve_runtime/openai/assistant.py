@@ -22,14 +22,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..report import Decision, Source
-from . import reasoning, thinking, tools
+from . import forced, reasoning, thinking, tools
 from .grammar import GrammarJob
 from .reasoning import ReasoningStream
 from .tools import Function, ToolCallStream
 
 AUTO, NONE = "AUTO", "none"
 log = logging.getLogger("ovserve.assistant")
-MAX_PARALLEL_CALLS = tools.MAX_PARALLEL_CALLS
+MAX_PARALLEL_CALLS = forced.MAX_PARALLEL_CALLS
 
 
 class ToolError(ValueError):
@@ -159,17 +159,17 @@ def plan(
             "tools",
         )
     names = frozenset(f.name for f in functions)
-    forced = None
+    job = None
     if choice in ("required", "named"):
         chosen = list(functions) if choice == "required" else [f for f in functions if f.name == named]
         if not chosen:
             raise ToolError(f"tool_choice names {named!r}, which is not one of the tools", "tool_choice")
         try:  # the cheap checks here; the grammar itself is built off the loop (grammars.py)
-            tools.check_names(chosen)
-            parser = tools.forced_parser(parsers.tool)
+            forced.check_names(chosen)
+            parser = forced.forced_parser(parsers.tool)
         except ValueError as exc:
             raise ToolError(f"cannot force a call to these tools: {exc}", "tools") from None
-        forced = GrammarJob(
+        job = GrammarJob(
             kind="forced",
             param="tools",
             parser=parsers.tool,
@@ -177,10 +177,10 @@ def plan(
             parallel=choice == "required" and parallel_tool_calls is not False,
         )
     return OutputPlan(
-        tool_parser=parser if forced else parsers.tool,
+        tool_parser=parser if job else parsers.tool,
         tool_names=names,
         max_calls=1 if parallel_tool_calls is False else None,
-        forced=forced,
+        forced=job,
         reasoning=rsn,
         render_tools=True,
     )

@@ -15,10 +15,9 @@ What a client controls is bounded before it costs anything (`Limits`): the schem
 every `$ref` is expanded, numbers (finite, bounds of at most MAX_BOUND_DIGITS digits), repetition counts, and
 the size of the regex produced (a 1.3 KB schema of optional properties `$ref`ing each other expands to 25 MB of
 regex: refused by size, never compiled). The work runs in a worker process with a deadline (grammars.py):
-`GrammarJob` is what crosses to it, `run` what runs there.
+`GrammarJob` is what crosses to it (grammars.build_job runs it there; forced calls: forced.py).
 
-Pure: `run(job, limits)` returns the StructuredOutputConfig keyword arguments, or raises GrammarError (a 400
-naming the job's `param`).
+Pure: `schema_regex` returns the regex, or raises GrammarError (a 400 naming the job's `param`).
 """
 
 from __future__ import annotations
@@ -95,25 +94,6 @@ def constraint(fmt: ResponseFormat | None) -> dict[str, str] | GrammarJob | None
         return {"grammar": JSON_OBJECT_EBNF}
     schema = fmt.json_schema.schema_ if fmt.json_schema is not None else None
     return GrammarJob(kind="schema", param="response_format", schema_=schema or {"type": "object"})
-
-
-def run(job: GrammarJob, limits: Limits) -> dict[str, str]:
-    """The StructuredOutputConfig keyword arguments of a job (GrammarError for what cannot or may not be built)."""
-    if job.kind == "schema":
-        regex = schema_regex(job.schema_ or {"type": "object"}, limits)
-    else:
-        from . import tools
-
-        functions = [tools.Function(name=n, parameters=p) for n, p in job.functions]
-        try:
-            forced = tools.forced_calls(job.parser or "", functions, parallel=job.parallel, limits=limits)
-        except GrammarError:
-            raise
-        except ValueError as exc:
-            raise GrammarError(f"cannot force a call to these tools: {exc}") from None
-        regex = tools.regex_literal(job.prefix) + "(" + forced.regex + ")" if job.prefix else forced.regex
-    check_regex(regex, limits)
-    return {"regex": regex}
 
 
 def schema_regex(schema: dict[str, Any], limits: Limits | None = None) -> str:

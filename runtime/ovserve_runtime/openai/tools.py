@@ -1,7 +1,7 @@
-"""Tool calls in model output: a parser per model family, streamed and not; the family from a chat template;
-the grammar that forces a call.
+"""Tool calls in model output: a parser per model family, streamed and not; the family from a chat template.
+(The grammar that forces a call is forced.py's.)
 
-Pure: no openvino, no I/O (outlines-core, imported when a grammar is built, is pure too). The families:
+Pure: no openvino, no I/O. The families:
 
 - `hermes` (Hermes, Qwen2.5, Qwen3): `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, any number,
   with content around them.
@@ -29,7 +29,7 @@ import ast
 import json
 import re
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -519,9 +519,6 @@ def parse(
     return Parsed(content=content or (None if calls else ""), tool_calls=calls)
 
 
-# ------------------------------------------------------------------------------------------ forced calls
-
-
 class Function(BaseModel):
     """A function the request offers: its name and the JSON schema of its parameters."""
 
@@ -529,90 +526,3 @@ class Function(BaseModel):
 
     name: str
     parameters: dict[str, Any] | None = None
-
-
-class ForcedCalls(BaseModel):
-    """The regex that constrains the output to calls (StructuredOutputConfig(regex=...)), and the parser
-    that reads that output back."""
-
-    model_config = ConfigDict(frozen=True)
-
-    regex: str
-    parser: str
-
-
-MAX_PARALLEL_CALLS = 8
-_EMPTY_OBJECT = {"type": "object", "properties": {}, "additionalProperties": False}
-_REGEX_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
-
-
-def regex_literal(text: str) -> str:
-    """`text` as a regex that matches it literally (newlines as \\n)."""
-    return _REGEX_SPECIAL.sub(r"\\\1", text).replace("\n", r"\n")
-
-
-def arguments_regex(parameters: dict[str, Any] | None, limits: Any = None) -> str:
-    """The compact regex (no free whitespace, integer bounds kept: grammar.schema_regex, within `limits`) of the
-    JSON objects a parameters schema allows; free whitespace lets a small or random-weight model write spaces
-    until max_tokens. A function without parameters takes `{}`."""
-    from .grammar import schema_regex
-
-    return schema_regex(parameters if parameters else _EMPTY_OBJECT, limits)
-
-
-def forced_parser(parser: str) -> str:
-    """The parser that reads a forced call's output back: pythonic models are forced to Llama 3's JSON format."""
-    if parser not in ("hermes", "llama3_json", "llama3_pythonic"):
-        raise ValueError(f"unknown tool parser {parser!r}")
-    return "llama3_json" if parser == "llama3_pythonic" else parser
-
-
-def check_names(functions: Sequence[Function]) -> None:
-    """ValueError for no function, or a name a regex cannot carry (cheap: checked before any grammar is built)."""
-    if not functions:
-        raise ValueError("no function to call")
-    for f in functions:
-        if not NAME_PATTERN.match(f.name):
-            raise ValueError(f"function name {f.name!r} does not match {NAME_PATTERN.pattern}")
-
-
-def forced_calls(
-    parser: str,
-    functions: Sequence[Function],
-    *,
-    parallel: bool,
-    max_calls: int = MAX_PARALLEL_CALLS,
-    limits: Any = None,
-) -> ForcedCalls:
-    """The grammar of a forced call (tool_choice "required": one of `functions`; a named function: pass that
-    one alone), in the family's own output format; with `parallel`, 1 to `max_calls` calls. Pythonic models
-    are forced to Llama 3's JSON format (a Python-literal grammar from a JSON schema does not exist); the
-    output is then read with that parser. Raises ValueError for a name a regex cannot carry, and what
-    outlines-core raises for a schema it cannot compile (grammar.GrammarError beyond `limits`)."""
-    check_names(functions)
-    if parser == "hermes":
-        one = "|".join(
-            regex_literal('<tool_call>\n{"name": "' + f.name + '", "arguments": ')
-            + "("
-            + arguments_regex(f.parameters, limits)
-            + ")"
-            + regex_literal("}\n</tool_call>")
-            for f in functions
-        )
-        sep = regex_literal("\n")
-    elif parser in ("llama3_json", "llama3_pythonic"):
-        parser = "llama3_json"
-        one = "|".join(
-            regex_literal('{"name": "' + f.name + '", "parameters": ')
-            + "("
-            + arguments_regex(f.parameters, limits)
-            + ")"
-            + regex_literal("}")
-            for f in functions
-        )
-        sep = regex_literal("; ")
-    else:
-        raise ValueError(f"unknown tool parser {parser!r}")
-    call = f"({one})"
-    regex = f"{call}({sep}{call}){{0,{max_calls - 1}}}" if parallel and max_calls > 1 else call
-    return ForcedCalls(regex=regex, parser=parser)
