@@ -13,7 +13,7 @@ settings, `usage` (input, output and reasoning tokens) and the convenience `outp
 (content_part.added, output_text.delta..., output_text.done, content_part.done | reasoning_text.delta...,
 reasoning_text.done | function_call_arguments.delta, function_call_arguments.done), output_item.done; last
 response.completed or response.incomplete (or response.failed after an error). Its methods are those the
-chat stream writer (http/output.StreamOutput) calls on chat's `Chunks`, so the same writer runs both; the
+chat stream writer (serving/output.StreamOutput) calls on chat's `Chunks`, so the same writer runs both; the
 deltas concatenate to the final object's text by construction (one accumulator serves both).
 
 Pure: no I/O.
@@ -181,7 +181,7 @@ def status_of(finish: str) -> str:
 
 
 class Events:
-    """A Responses stream's events, with the interface of chat's `Chunks` (http/output.StreamOutput drives it).
+    """A Responses stream's events, with the interface of chat's `Chunks` (serving/output.StreamOutput drives it).
     `usage_of(output)` gives the final usage (the server counts reasoning tokens with its tokenizer)."""
 
     chat = True  # the writer starts with first(): here response.created and response.in_progress
