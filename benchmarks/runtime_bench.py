@@ -2,17 +2,27 @@
 
 Not a timed test: it prints figures and ratios measured in one run. Per model:
   raw CB      ContinuousBatchingPipeline in this process, N requests added at t0, add_request/step loop
-  http CB     ovserve-runtime (LM_CB) as a subprocess, N concurrent streaming /v3/completions
+  http CB     ovserve-runtime (LM_CB) as a subprocess, N concurrent streaming requests (--endpoint)
   raw legacy  LLMPipeline(ATTENTION_BACKEND=SDPA), N requests one after another   (--legacy-streams)
   http legacy ovserve-runtime --pipeline-type LM, N concurrent streaming requests  (serialized inside)
 Raw and HTTP runs alternate (paired, `--reps` times) so that load from other work on the machine hits
 both sides alike; the table shows medians, and the spread of the paired HTTP/raw ratio is the noise.
-TTFT = from submitting all N requests to each request's first token (HTTP: the first SSE chunk at the
+TTFT = from submitting all N requests to each request's first token (HTTP: the first SSE chunk with text at the
 client); TPOT = (last token - first token) / (tokens - 1) per request; p50/p99 over all requests of all
 reps. Greedy, ignore_eos, --max-tokens tokens each. RSS: the serving process's VmRSS/VmHWM at the end.
 CPU per token (user + system, per process role, from /proc and getrusage around each run): the raw loop vs
 the HTTP process, the engine-core process and the benchmark client. Less noisy than throughput on a shared
 machine, and it says where the time goes: on a box whose cores are all busy, throughput follows it.
+
+Endpoints (`--endpoint`, default completions): completions = streaming /v3/completions with the prompt;
+chat = streaming /v3/chat/completions with the prompt as one user message; responses = streaming
+/v3/responses with `input` the prompt and `max_output_tokens` (the stream's `response.output_text.delta`
+events are its text, its last event `response.completed` / `.incomplete` holds the usage). All three send
+the vendor field `ignore_eos` and count tokens from the server's usage (completion_tokens; responses:
+output_tokens). Several, comma-separated (`--endpoint chat,responses`), are measured on the same server:
+every raw run is paired with one HTTP run on each endpoint, order rotated per rep (as --runtime entries
+"LABEL/ENDPOINT", with --runtime or without: "http/ENDPOINT"), and a table gives each one's HTTP tok/s over
+the first one's, per rep and median (no legacy, no aiperf).
 
 The default client is a lean aiohttp SSE reader (the client shares the CPU with the server, and the
 openai client's per-chunk parsing would dominate on small models); `--client openai` uses the openai client.
@@ -50,6 +60,7 @@ machine at the same time; `--json-out FILE` writes every figure. hack/bench/devi
 usage: .venv/bin/python benchmarks/runtime_bench.py [--models tiny-llm,tiny-bench,bench-qwen]
          [--streams 1,16,64] [--legacy-streams 16,64 | --legacy-streams ''] [--max-tokens 64] [--reps 3]
          [--aiperf [--aiperf-requests 4]] [--runtime old=DIR --runtime new=DIR] [--json-out FILE]
+         [--endpoint completions|chat|responses[,...]] [--client lean|openai]
        models are names under $OVSERVE_MODELS (/var/cache/ovserve/models) or paths; missing ones are skipped
        (tiny-bench: `hack/models/build.sh bench`, bench-qwen: `hack/models/bench-qwen.sh`, bench-qwen-small:
        `hack/models/bench-qwen.sh bench-qwen-small`).
@@ -72,6 +83,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -388,8 +400,52 @@ class Server:
         self.proc.wait(timeout=30)
 
 
-TEXT_KEY, EMPTY_TEXT, USAGE_KEY = b'"text": "', b'"text": ""', b'"usage": {'
-USAGE_TAIL = 1024  # the usage event and [DONE] end the stream: the last bytes hold them
+class Endpoint(NamedTuple):
+    """What the lean client sends to one endpoint and how it reads the stream without parsing every chunk:
+    a read holding more `text` keys than `empty` ones brought text; the tokens come from the usage."""
+
+    path: str
+    text: bytes  # the key of a chunk with text
+    empty: bytes | None  # the same key with no text (the chat role chunk), which does not count
+
+
+ENDPOINTS = {
+    # the usage chunk and [DONE] end the stream: the last USAGE_TAIL bytes hold them
+    "completions": Endpoint("/v3/completions", b'"text": "', b'"text": ""'),
+    "chat": Endpoint("/v3/chat/completions", b'"content": "', b'"content": ""'),
+    # text deltas have their own event, never empty; the last event (the whole response object, its text
+    # included, so possibly longer than USAGE_TAIL) is kept from its start (RESPONSES_END) on
+    "responses": Endpoint("/v3/responses", b"event: response.output_text.delta\n", None),
+}
+USAGE_KEY, USAGE_TAIL = b'"usage": {', 1024
+RESPONSES_END = (b"event: response.completed\n", b"event: response.incomplete\n")
+
+
+def request_body(endpoint: str, prompt: str, max_new: int) -> dict:
+    """The streaming request of one benchmark request: greedy, exactly max_new tokens (ignore_eos, a vendor
+    field of all three), the usage at the end."""
+    if endpoint == "responses":  # streamed usage is always in the final event; no stream_options needed
+        return {
+            "model": "bench",
+            "input": prompt,
+            "max_output_tokens": max_new,
+            "temperature": 0,
+            "stream": True,
+            "ignore_eos": True,
+        }
+    body: dict = {
+        "model": "bench",
+        "max_tokens": max_new,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
 
 
 POLICY_REFUSED: list[int] = []  # the policies the kernel refused (the JSON output says so)
@@ -421,9 +477,19 @@ def client_policy(a) -> int | None:
     return os.SCHED_BATCH if a.client_policy == "batch" and hasattr(os, "SCHED_BATCH") else None
 
 
+def usage_tokens(endpoint: str, end: bytes) -> int:
+    """The completion tokens of the stream's usage, from its last bytes (responses: its last event); 0 when
+    absent (the token check warns)."""
+    if endpoint == "responses":
+        line = next((x for x in end.split(b"\n") if x.startswith(b"data: ")), None)
+        return json.loads(line[len(b"data: ") :])["response"]["usage"]["output_tokens"] if line else 0
+    line = next((x for x in end.split(b"\n") if USAGE_KEY in x), None)
+    return json.loads(line[len(b"data: ") :])["usage"]["completion_tokens"] if line else 0
+
+
 class HttpClient:
-    def __init__(self, url: str, kind: str, policy: int | None = None) -> None:
-        self.url, self.kind, self.policy = url, kind, policy
+    def __init__(self, url: str, kind: str, policy: int | None = None, endpoint: str = "completions") -> None:
+        self.url, self.kind, self.policy, self.endpoint = url, kind, policy, endpoint
 
     async def __aenter__(self):
         if self.kind == "openai":
@@ -444,46 +510,48 @@ class HttpClient:
     async def one(self, prompt: str, max_new: int) -> tuple[float | None, float, int]:
         """(first chunk time, last chunk time, completion tokens)."""
         first, last, n = None, 0.0, 0
+        body = request_body(self.endpoint, prompt, max_new)
         if self.kind == "openai":
-            stream = await self.c.completions.create(
-                model="bench",
-                prompt=prompt,
-                max_tokens=max_new,
-                temperature=0,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body={"ignore_eos": True},
-            )
-            async for ch in stream:
-                if ch.choices and ch.choices[0].text:
-                    last = time.perf_counter()
-                    first = first or last
-                if ch.usage:
-                    n = ch.usage.completion_tokens
-            return first, last, n
-        body = {
-            "model": "bench",
-            "prompt": prompt,
-            "max_tokens": max_new,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "ignore_eos": True,
-        }
-        async with self.c.post(self.url + "/v3/completions", json=body) as r:
+            return await self.one_openai(body)
+        ep = ENDPOINTS[self.endpoint]
+        async with self.c.post(self.url + ep.path, json=body) as r:
             r.raise_for_status()
             # per network read, not per SSE line: a read that completes a chunk with text is when its tokens
             # arrived (the client's CPU is taken from the server's cores here, so it parses as little as it can)
-            carry = b""
+            carry, end = b"", None
             async for data in r.content.iter_any():
                 buf = carry + data
-                if buf.count(TEXT_KEY) > buf.count(EMPTY_TEXT):
+                k = buf.count(ep.text)
+                if k and (ep.empty is None or k > buf.count(ep.empty)):
                     last = time.perf_counter()
                     first = first or last
                 carry = buf[-USAGE_TAIL:]
-            line = next((x for x in carry.split(b"\n") if USAGE_KEY in x), None)
-            if line is not None:  # else n stays 0 and the token check below warns
-                n = json.loads(line[len(b"data: ") :])["usage"]["completion_tokens"]
+                if self.endpoint == "responses":
+                    if end is not None:
+                        end += data
+                    elif (i := max(buf.find(x) for x in RESPONSES_END)) >= 0:
+                        end = buf[i:]
+            n = usage_tokens(self.endpoint, carry if end is None else end)
+        return first, last, n
+
+    async def one_openai(self, body: dict) -> tuple[float | None, float, int]:
+        first, last, n = None, 0.0, 0
+        extra = {"extra_body": {"ignore_eos": body.pop("ignore_eos")}}
+        if self.endpoint == "responses":
+            async for ev in await self.c.responses.create(**body, **extra):
+                if ev.type == "response.output_text.delta":
+                    last = time.perf_counter()
+                    first = first or last
+                elif ev.type in ("response.completed", "response.incomplete") and ev.response.usage:
+                    n = ev.response.usage.output_tokens
+            return first, last, n
+        create = self.c.chat.completions.create if self.endpoint == "chat" else self.c.completions.create
+        async for ch in await create(**body, **extra):
+            if ch.choices and (ch.choices[0].delta.content if self.endpoint == "chat" else ch.choices[0].text):
+                last = time.perf_counter()
+                first = first or last
+            if ch.usage:
+                n = ch.usage.completion_tokens
         return first, last, n
 
     async def run(self, n: int, max_new: int, server: Server | None = None) -> Run:
@@ -522,6 +590,18 @@ def summarize(runs: list[Run]) -> dict:
     }
 
 
+def spread(xs: list[float]) -> dict:
+    return {"median": st.median(xs), "min": min(xs), "max": max(xs), "all": xs}
+
+
+def endpoints(a) -> list[str]:
+    eps = [x for x in a.endpoint.split(",") if x]
+    bad = [x for x in eps if x not in ENDPOINTS]
+    if bad or not eps:
+        raise SystemExit(f"--endpoint {a.endpoint!r}: expected one or more of {', '.join(ENDPOINTS)}")
+    return eps
+
+
 def pair_summary(ps: list[tuple[Run, Run]]) -> dict:
     """Medians of paired (raw, HTTP) runs at one stream count; the spread of the ratio is the noise."""
     ratios = [h.tok_s / r.tok_s for r, h in ps]
@@ -540,28 +620,37 @@ def bench_runtimes(model: str, a) -> dict:
     """`--runtime` given: each runtime's LM_CB server runs beside the others (idle while another is
     measured), and each raw run is paired with one HTTP run of every runtime, their order rotated per rep,
     so that runtimes (e.g. a revision before a redesign and after it) are compared on the same machine at
-    the same time. Each runtime's entry has the shape of the default mode's `cb`; `cb` is the first one's."""
+    the same time. Each runtime's entry has the shape of the default mode's `cb`; `cb` is the first one's.
+    Several `--endpoint`s: every runtime is measured on each (entries "LABEL/ENDPOINT"), on the same server;
+    `versus` holds each entry's paired HTTP tok/s ratio to the first entry (same rep, same raw run)."""
     ns = [int(x) for x in a.streams.split(",") if x]
-    out: dict = {"model": model, "cb": {}, "legacy": {}, "runtimes": {}}
+    eps = endpoints(a)
+    out: dict = {"model": model, "cb": {}, "legacy": {}, "runtimes": {}, "versus": {}}
     print(
         f"== {model}: loading raw CB and the LM_CB servers of {', '.join(r.label for r in a.runtime)}", file=sys.stderr
     )
     raw = RawCB(model, a.threads)
     servers: dict[str, Server] = {}
     try:
+        sides: dict[str, tuple[str, str]] = {}  # entry -> (runtime label, endpoint)
         for rt in a.runtime:
-            entry = out["runtimes"][rt.label] = {"source": rt.source, "cb": {}}
+            keys = [rt.label if len(eps) == 1 else f"{rt.label}/{ep}" for ep in eps]
+            for k, ep in zip(keys, eps, strict=True):
+                out["runtimes"][k] = {"source": rt.source, "endpoint": ep, "cb": {}}
+                sides[k] = (rt.label, ep)
             try:
                 servers[rt.label] = Server(model, "LM_CB", a.threads, a.server_args.split(), rt)
             except SystemExit as e:  # one runtime that cannot start leaves the others measured
-                entry["error"] = str(e)[-2000:]
-                print(f"  runtime {rt.label}: {entry['error']}", file=sys.stderr)
+                for k in keys:
+                    out["runtimes"][k]["error"] = str(e)[-2000:]
+                print(f"  runtime {rt.label}: {str(e)[-2000:]}", file=sys.stderr)
 
         async def paired() -> None:
             async with contextlib.AsyncExitStack() as stack:
                 clients = {
-                    k: await stack.enter_async_context(HttpClient(s.url, a.client, client_policy(a)))
-                    for k, s in servers.items()
+                    k: await stack.enter_async_context(HttpClient(servers[label].url, a.client, client_policy(a), ep))
+                    for k, (label, ep) in sides.items()
+                    if label in servers
                 }
                 for c in clients.values():
                     await c.run(1, 4)  # warmup
@@ -573,16 +662,25 @@ def bench_runtimes(model: str, a) -> dict:
                         r = raw.run(n, a.max_tokens)
                         said = []
                         for k in order:
-                            h = await clients[k].run(n, a.max_tokens, servers[k])
+                            h = await clients[k].run(n, a.max_tokens, servers[sides[k][0]])
                             pairs[k][n].append((r, h))
                             said.append(f"{k} {h.tok_s:.0f} ({h.tok_s / r.tok_s:.2f})")
                         print(f"  rep {rep} N={n}: raw {r.tok_s:.0f} tok/s, " + ", ".join(said), file=sys.stderr)
                 for k, by_n in pairs.items():
                     out["runtimes"][k]["cb"] = {n: pair_summary(ps) for n, ps in by_n.items()}
+                if labels:
+                    base = pairs[labels[0]]
+                    out["versus"] = {"base": labels[0], "entries": {}}
+                    for k in labels[1:]:
+                        out["versus"]["entries"][k] = {
+                            n: spread([h.tok_s / b.tok_s for (_, h), (_, b) in zip(ps, base[n], strict=True)])
+                            for n, ps in pairs[k].items()
+                        }
 
         asyncio.run(paired())
-        for k, s in servers.items():
-            out["runtimes"][k]["rss_mb"], out["runtimes"][k]["hwm_mb"] = s.rss_mb()
+        for k, (label, _) in sides.items():
+            if label in servers:
+                out["runtimes"][k]["rss_mb"], out["runtimes"][k]["hwm_mb"] = servers[label].rss_mb()
     finally:
         for s in servers.values():
             s.stop()
@@ -601,7 +699,7 @@ def bench_model(model: str, a) -> dict:
     try:
 
         async def paired() -> None:
-            async with HttpClient(srv.url, a.client, client_policy(a)) as c:
+            async with HttpClient(srv.url, a.client, client_policy(a), a.endpoint) as c:
                 await c.run(1, 4)  # warmup
                 pairs: dict[int, list[tuple[Run, Run]]] = {n: [] for n in ns}
                 for rep in range(a.reps):
@@ -635,7 +733,7 @@ def bench_model(model: str, a) -> dict:
         try:
 
             async def leg() -> dict:
-                async with HttpClient(srv.url, a.client, client_policy(a)) as c:
+                async with HttpClient(srv.url, a.client, client_policy(a), a.endpoint) as c:
                     await c.run(1, 4)
                     return {n: summarize([await c.run(n, a.max_tokens)]) for n in lns}
 
@@ -654,6 +752,16 @@ def print_tables(res: dict, max_tokens: int) -> None:
                 print(f"\n### {Path(res['model']).name}, runtime {label}: did not start: {sub['error'][-300:]}")
             elif sub["cb"]:
                 _print_cb_tables({"model": res["model"], **sub, "legacy": {}}, max_tokens, f" ({label})")
+        vs = res.get("versus") or {}
+        if vs.get("entries"):
+            name = Path(res["model"]).name
+            print(f"\n### {name}: HTTP tok/s of each vs {vs['base']} (paired: same rep, same raw run)\n")
+            print("| entry | streams | ratio median (min-max) | per rep |")
+            print("|---|---|---|---|")
+            for k, by_n in vs["entries"].items():
+                for n, d in by_n.items():
+                    reps = " ".join(f"{x:.3f}" for x in d["all"])
+                    print(f"| {k} / {vs['base']} | {n} | {d['median']:.3f} ({d['min']:.3f}-{d['max']:.3f}) | {reps} |")
         return
     _print_cb_tables(res, max_tokens)
 
@@ -785,6 +893,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="INFERENCE_NUM_THREADS for every pipeline")
     ap.add_argument("--client", choices=["lean", "openai"], default="lean")
     ap.add_argument(
+        "--endpoint",
+        default="completions",
+        help="the HTTP runs' endpoint: completions, chat or responses (streaming, ignore_eos); several, "
+        "comma-separated, are measured side by side on the same server (as --runtime entries; no legacy, no aiperf)",
+    )
+    ap.add_argument(
         "--client-policy",
         choices=["batch", "other"],
         default="batch",
@@ -823,6 +937,11 @@ def main() -> None:
         embeddings_bench.run(a, models)
         return
     a.models = a.models or "tiny-llm,tiny-bench,bench-qwen"
+    if len(endpoints(a)) > 1 and not a.runtime:
+        a.runtime = [Runtime()]  # this Python's ovserve_runtime, entries "http/ENDPOINT"
+    if a.endpoint != "completions" and a.aiperf:
+        print("--endpoint: aiperf measures /v3/completions only: skipped", file=sys.stderr)
+        a.aiperf = False
     if a.runtime and (a.aiperf or a.legacy_streams):
         print("--runtime: the legacy and aiperf comparisons are skipped", file=sys.stderr)
         a.aiperf, a.legacy_streams = False, ""

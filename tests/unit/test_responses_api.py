@@ -101,6 +101,16 @@ def test_the_chat_form_of_a_tool_round_trip():
     assert chat.response_format.json_schema.schema_ == {"type": "object"}
 
 
+def test_ignore_eos_is_a_vendor_field_passed_to_the_chat_request():
+    # vLLM's name, as chat and completions take it: a benchmark generates exactly max_output_tokens
+    chat = to_chat(req(max_output_tokens=64, ignore_eos=True, stream=True))
+    assert (chat.ignore_eos, chat.max_completion_tokens, chat.stream) == (True, 64, True)
+    assert to_chat(req()).ignore_eos is None
+    with pytest.raises(RequestError) as exc:
+        req(ignore_eos="yes")
+    assert exc.value.param == "ignore_eos"
+
+
 def test_history_comes_first():
     history = parse_responses(json.dumps({"input": "first"}).encode()).input
     chat = to_chat(req(input="second"), history)

@@ -10,8 +10,8 @@ refused naming `tools`; `conversation`, `background`, `prompt` and `truncation: 
 chat body the generation path serves: messages (instructions first as the system turn; a `function_call` run
 becomes one assistant turn with tool_calls, with the text and reasoning before it; a `function_call_output` a
 tool turn), tools (flat Responses functions -> chat's nested ones), tool_choice, text.format ->
-response_format, max_output_tokens -> max_completion_tokens. The chat request is then validated by the chat
-model, so every bound and refusal of chat holds here too.
+response_format, max_output_tokens -> max_completion_tokens, the vendor field ignore_eos as is. The chat
+request is then validated by the chat model, so every bound and refusal of chat holds here too.
 
 Pure (pydantic only).
 """
@@ -27,12 +27,12 @@ from pydantic_core import PydanticCustomError
 
 from .request import (
     FUNCTION_NAME,
-    MAX_SCHEMA_BYTES,
     MAX_TOKENS,
     MIN_POSITIVE,
     ChatRequest,
     Float,
     RequestError,
+    Schema,
     error_of,
     refuse,
     refuse_unless,
@@ -196,22 +196,15 @@ class FunctionTool(_Strict):
     type: Literal["function"]
     name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: Schema | None = None
     strict: bool | None = None  # the arguments of a forced call always fit (constrained decoding), strict or not
-
-    @field_validator("parameters")
-    @classmethod
-    def _size(cls, v: dict | None) -> dict | None:
-        if v is not None and len(json.dumps(v)) > MAX_SCHEMA_BYTES:
-            raise PydanticCustomError("invalid_value", f"the schema is larger than {MAX_SCHEMA_BYTES} bytes")
-        return v
 
 
 class TextFormat(_Strict):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str | None = None
-    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    schema_: Schema | None = Field(None, alias="schema")
     strict: bool | None = None
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
@@ -252,6 +245,7 @@ class ResponsesRequest(_Strict):
     max_output_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     temperature: Float | None = Field(None, ge=0, le=2)
     top_p: Float | None = Field(None, ge=MIN_POSITIVE, le=1)
+    ignore_eos: bool | None = None  # vendor (vLLM's name), passed to the chat request
     reasoning: Reasoning | None = None
     metadata: dict[str, str] | None = Field(None, max_length=MAX_METADATA_KEYS)
     store: bool | None = None  # default true: kept in this pod's bounded store
@@ -439,6 +433,7 @@ def to_chat(req: ResponsesRequest, history: list[Item] = ()) -> ChatRequest:
         ("max_output_tokens", "max_completion_tokens"),
         ("temperature", "temperature"),
         ("top_p", "top_p"),
+        ("ignore_eos", "ignore_eos"),
         ("stream", "stream"),
     ):
         if getattr(req, src) is not None:

@@ -49,6 +49,7 @@ FIELDS: tuple[Field, ...] = (
     ),
     _same("max_output_tokens", "responses", H, "a cut answer is status incomplete, reason max_output_tokens"),
     _same("temperature, top_p", "responses", H),
+    _same("ignore_eos", "responses", H, "vendor field (vLLM's name), as chat's: generate to max_output_tokens"),
     _same(
         "reasoning",
         "responses",
