@@ -111,6 +111,13 @@ def test_ignore_eos_is_a_vendor_field_passed_to_the_chat_request():
     assert exc.value.param == "ignore_eos"
 
 
+def test_a_developer_message_is_a_system_message_for_the_chat_template():
+    # Codex sends its instructions as developer messages; Qwen's templates render system and drop developer
+    chat = to_chat(req(input=[{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}]))
+    assert [m.role for m in chat.messages] == ["system", "user"]
+    assert chat.messages[0].content[0].text == "be brief"
+
+
 def test_history_comes_first():
     history = parse_responses(json.dumps({"input": "first"}).encode()).input
     chat = to_chat(req(input="second"), history)

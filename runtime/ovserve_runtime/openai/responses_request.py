@@ -398,7 +398,9 @@ def to_chat_messages(items: list[Item], instructions: str | None) -> list[dict[s
                     parts.append({"type": "image_url", "image_url": {"url": p.image_url}})
                 else:
                     parts.append({"type": "text", "text": p.text})
-            out.append({"role": item.role, "content": parts})
+            # `developer` is OpenAI's name for the system role (Codex sends its instructions so): chat templates know
+            # `system`, and Qwen's drop a role they do not know without a word
+            out.append({"role": "system" if item.role == "developer" else item.role, "content": parts})
     return out
 
 
