@@ -171,3 +171,17 @@ def test_reasoning_effort_switches_the_template(thinker, cb_server):
     assert (status, err["error"]["param"]) == (400, "reasoning_effort"), err
     status, err = post(cb_server, "/v1/responses", {"model": model, "input": "x", "reasoning": {"effort": "low"}})
     assert (status, err["error"]["param"]) == (400, "reasoning.effort"), err
+
+
+def test_a_developer_message_reaches_a_template_that_only_knows_system(thinker):
+    """Qwen's templates render system, user, assistant and tool only: a developer message went missing silently."""
+    c = client(thinker)
+    asked = [
+        c.chat.completions.create(
+            model="thinker",
+            messages=[{"role": role, "content": "be brief " * 20}, {"role": "user", "content": "x"}],
+            max_tokens=1,
+        ).usage.prompt_tokens
+        for role in ("developer", "system")
+    ]
+    assert asked[0] == asked[1] > 40

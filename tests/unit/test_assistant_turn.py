@@ -253,3 +253,22 @@ def test_a_forced_call_cut_at_max_tokens_leaves_no_markup_in_content(parallel):
         stream = assistant.OutputStream(p, new_id=ids())
         deltas = [d for ch in cut for d in stream.feed(ch)] + stream.finish()
         assert not any(d.get("content") for d in deltas), deltas
+
+
+@pytest.mark.parametrize(
+    ("template", "kept"),
+    [
+        ("{% for m in messages %}{{ m.role }}{% endfor %}", False),  # Qwen/Llama-style: the role is never named
+        ("{% if m.role == 'developer' %}dev{% endif %}", True),
+        (None, True),  # no template: the transcript writes any role
+    ],
+)
+def test_a_developer_message_goes_as_system_to_a_template_that_does_not_know_the_role(template, kept):
+    from ovserve_runtime.openai import prompt
+    from ovserve_runtime.openai.request import Message
+
+    parsers = assistant.resolve_parsers("AUTO", "AUTO", template)
+    assert parsers.developer_role is kept
+    msgs = [Message.model_validate({"role": "developer", "content": "be brief"})]
+    flat, _ = prompt.template_messages(msgs, False, 0, lambda url, param: None, parsers.developer_role)
+    assert flat[0]["role"] == ("developer" if kept else "system")  # before: dropped by the template, silently

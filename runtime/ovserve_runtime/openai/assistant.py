@@ -52,6 +52,7 @@ class Parsers:
     tool_detail: str = ""
     reasoning_detail: str = ""
     thinking_switch: str | None = None  # the template variable reasoning_effort sets (openai/thinking.py)
+    developer_role: bool = True  # the template names the developer role (else developer messages go as system)
 
 
 def resolve_parsers(tool_flag: str, reasoning_flag: str, chat_template: str | None) -> Parsers:
@@ -79,7 +80,8 @@ def resolve_parsers(tool_flag: str, reasoning_flag: str, chat_template: str | No
         rsn = None if reasoning_flag == NONE else reasoning_flag
         rsn_src, rsn_detail = "requested", ""
     switch = thinking.detect_switch(chat_template)
-    return Parsers(tool, rsn, renders, tool_src, rsn_src, tool_detail, rsn_detail, switch)
+    developer = not chat_template or "developer" in chat_template
+    return Parsers(tool, rsn, renders, tool_src, rsn_src, tool_detail, rsn_detail, switch, developer)
 
 
 def decisions(parsers: Parsers) -> dict[str, Decision]:

@@ -28,10 +28,15 @@ def image_parts(messages: list[Message]) -> list[tuple[int, int]]:
 
 
 def template_messages(
-    messages: list[Message], is_vlm: bool, max_images: int, decode: Callable[[str, str], Any]
+    messages: list[Message],
+    is_vlm: bool,
+    max_images: int,
+    decode: Callable[[str, str], Any],
+    developer_role: bool = True,
 ) -> tuple[list[dict[str, Any]], list[Any]]:
     """(messages for the chat template, images in placeholder order). `decode(url, param)` returns one image
-    (it raises ApiError naming `param` itself)."""
+    (it raises ApiError naming `param` itself). Without `developer_role` (a template that never names it, as
+    Qwen's and Llama's: they drop a role they do not know without a word), a developer message is a system one."""
     parts_with_images = image_parts(messages)
     if parts_with_images and not is_vlm:
         i, j = parts_with_images[0]
@@ -59,7 +64,8 @@ def template_messages(
             images.append(decode(part.image_url.url, f"messages[{i}].content[{j}].image_url"))
             parts.append(f"<ov_genai_image_{len(images) - 1}>")
         # `name` is not passed: openvino-genai's template input takes role and content (documented)
-        flat.append({"role": m.role, "content": "".join(parts)})
+        role = "system" if m.role == "developer" and not developer_role else m.role
+        flat.append({"role": role, "content": "".join(parts)})
         calls = [c.model_dump() for c in m.tool_calls] if m.tool_calls else None
         try:
             flat[-1].update(template_fields(i, m.role, calls, m.tool_call_id, m.reasoning_content))

@@ -164,11 +164,11 @@ def response(
             "summary": req.reasoning.summary if req.reasoning else None,
         },
         "store": req.stores,
-        "temperature": req.temperature if req.temperature is not None else 1.0,
+        "temperature": req.temperature,  # unset: greedy here (OpenAI's default would be 1.0): not claimed
         "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}},
         "tool_choice": req.tool_choice if req.tool_choice is not None else "auto",
         "tools": [t.model_dump(exclude_none=True) for t in req.tools or ()],
-        "top_p": req.top_p if req.top_p is not None else 1.0,
+        "top_p": req.top_p,
         "truncation": "disabled",
         "usage": usage_,
         "user": req.user,

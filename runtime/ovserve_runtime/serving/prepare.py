@@ -119,7 +119,9 @@ def chat_prompt(ctx: Context, engine, body: ChatRequest, plan: OutputPlan | None
         )
     except thinking.ThinkingError as exc:
         raise ApiError(400, exc.message, param=exc.param, code="unsupported_value") from None
-    flat, images = prompt.template_messages(body.messages, engine.is_vlm, limits.max_images, decode)
+    flat, images = prompt.template_messages(
+        body.messages, engine.is_vlm, limits.max_images, decode, ctx.parsers.developer_role
+    )
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if plan and plan.render_tools and body.tools else None
     with_tools = prompt.tool_turn(body.messages) is not None
     return prompt.render(engine.tokenizer.apply_chat_template, flat, tools, with_tools, extra), images
