@@ -615,6 +615,9 @@ async def steady_clients(url: str, served: str, clients: int, max_tokens: int, t
                 latencies.append(time.monotonic() - t0)
             except (TimeoutError, aiohttp.ClientError, RuntimeError) as exc:
                 failures.append(f"{time.monotonic() - t0:.1f}s {exc!r}"[:300])
+                await asyncio.sleep(
+                    0.5
+                )  # a user retries after a while: a runtime that is down is not counted 1000s of times
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
         await asyncio.gather(*(client(session, i) for i in range(clients)))

@@ -25,6 +25,11 @@ def _load_fuzzer():
     return mod
 
 
+# Open at the commit that added this test (docs/benchmarks.md, "The API under a fuzzer"): object keys of enum
+# values reach the output regex unescaped (`{"enum": [{"{J": null}]}`: XGrammar fails the engine step and the
+# runtime exits), property names with a quote or a newline are written raw (invalid JSON), an empty enum gives
+# "[,]" or "". Remove the mark when the grammar fixes land: the test then guards them.
+@pytest.mark.xfail(reason="open grammar findings of issue 38 (see the comment above)", strict=False)
 def test_hostile_requests_get_their_own_4xx_only(chat_models, server_factory):
     fuzz_api = _load_fuzzer()
     server = server_factory(chat_models / "tiny-qwen25", "--served-name", "fuzzed")
