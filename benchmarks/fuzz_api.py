@@ -478,7 +478,7 @@ def generate(url: str, count: int, seed: int, max_tokens: int) -> None:
         for method, op in item.items():
             if method == "post":
                 name = op["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
-                weight = 6 if "completions" in path else 1  # the generation endpoints carry the risk
+                weight = 6 if path.endswith(("completions", "responses")) else 1  # generation carries the risk
                 for _ in range(weight):
                     ops.append(("POST", path, from_schema(self_contained(doc, name, max_tokens))))
             elif method == "get":
