@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .openai import forced
-from .openai.grammar import GrammarError, GrammarJob, Limits, check_regex, schema_regex
+from .openai.grammar import (
+    GrammarError,
+    GrammarJob,
+    Limits,
+    check_dialect,
+    check_regex,
+    regex_literal,
+    schema_regex,
+)
 from .openai.tools import Function
 
 log = logging.getLogger("ovserve.grammars")
@@ -51,8 +59,9 @@ def build_job(job: GrammarJob, limits: Limits) -> dict[str, str]:
             raise
         except ValueError as exc:
             raise GrammarError(f"cannot force a call to these tools: {exc}") from None
-        regex = forced.regex_literal(job.prefix) + "(" + calls.regex + ")" if job.prefix else calls.regex
+        regex = regex_literal(job.prefix) + "(" + calls.regex + ")" if job.prefix else calls.regex
     check_regex(regex, limits)
+    check_dialect(regex)
     return {"regex": regex}
 
 

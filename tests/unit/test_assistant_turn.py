@@ -272,3 +272,10 @@ def test_a_developer_message_goes_as_system_to_a_template_that_does_not_know_the
     msgs = [Message.model_validate({"role": "developer", "content": "be brief"})]
     flat, _ = prompt.template_messages(msgs, False, 0, lambda url, param: None, parsers.developer_role)
     assert flat[0]["role"] == ("developer" if kept else "system")  # before: dropped by the template, silently
+
+
+def test_deep_arguments_of_an_earlier_call_are_a_400_not_a_500():
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ToolError, match="nest deeper") as exc:
+        assistant.template_fields(2, "assistant", [{"id": "c", "function": {"name": "f", "arguments": deep}}])
+    assert exc.value.param == "messages[2].tool_calls[0].function.arguments"

@@ -250,3 +250,60 @@ def test_the_cache_is_bounded_in_entries_and_bytes():
     finally:
         tiny.close()
     assert outcomes == ["built", "built"]  # larger than the cache: never kept
+
+
+# --- what the fuzzer found (docs/benchmarks.md, "The API under a fuzzer") ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "fits", "unfit"),
+    [
+        # outlines-core wrote these brackets and keys unescaped: XGrammar refused the regex inside the engine step
+        ({"enum": [{"{J": None}]}, ['{"{J":null}'], ['{"{J":1}']),
+        ({"enum": [[{}, {}, None, False]]}, ["[{},{},null,false]"], ["[{},{}]"]),
+        ({"anyOf": [{"const": [0.0]}]}, ["[0.0]"], ["[0]"]),
+        ({"enum": ["a.b", 1, None, 'q"r']}, ['"a.b"', "1", "null", '"q\\"r"'], ['"aXb"', "2"]),
+        ({"type": "integer", "enum": [1, "one", 2]}, ["1", "2"], ['"one"']),  # values of another type drop out
+    ],
+)
+def test_enums_and_consts_of_any_value_are_exact_and_parse_in_xgrammars_dialect(schema, fits, unfit):
+    rx = grammar.schema_regex(schema)
+    grammar.check_dialect(rx)
+    for text in fits:
+        assert re.fullmatch(rx, text), (rx, text)
+    for text in unfit:
+        assert not re.fullmatch(rx, text), (rx, text)
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ({"type": "array", "items": {"enum": []}}, "empty enum"),  # gave `[,]`
+        ({"anyOf": [{"enum": []}, {"enum": []}]}, "empty enum"),
+        ({"type": "object", "properties": {'a"b': {"type": "boolean"}}}, "needs escaping"),  # gave {"a"b":true}
+        ({"type": "object", "properties": {"a\nb": {"type": "boolean"}}}, "needs escaping"),
+    ],
+)
+def test_schemas_that_would_give_invalid_json_are_refused(schema, says):
+    with pytest.raises(GrammarError, match=says):
+        grammar.schema_regex(schema)
+
+
+@pytest.mark.parametrize(
+    ("regex", "ok"),
+    [
+        ('\\{"a":(true|false)\\}', True),
+        ("a{2,3}[{}]\\{", True),
+        ('\\{"{J":null\\}', False),  # a bare brace: XGrammar's "Invalid repetition count"
+        ("([a)", False),
+        ("(a))", False),
+        ("(?=a)", False),
+        ("(?:a)", True),
+    ],
+)
+def test_the_dialect_gate(regex, ok):
+    if ok:
+        grammar.check_dialect(regex)
+    else:
+        with pytest.raises(GrammarError, match="not supported"):
+            grammar.check_dialect(regex)

@@ -304,9 +304,14 @@ def template_fields(
         for j, call in enumerate(tool_calls):
             fn = call.get("function") or {}
             param = f"messages[{index}].tool_calls[{j}].function.arguments"
+            text = fn.get("arguments") or "{}"
+            if tools.too_deep(text):  # before the recursive decoder: 100,000 levels were a RecursionError, a 500
+                raise ToolError(
+                    f"the arguments of a tool call nest deeper than {tools.MAX_DEPTH} levels", param, "invalid_value"
+                )
             try:
-                arguments = json.loads(fn.get("arguments") or "{}")
-            except ValueError:
+                arguments = json.loads(text)
+            except (ValueError, RecursionError):
                 raise ToolError("the arguments of a tool call must be a JSON object", param, "invalid_value") from None
             if not isinstance(arguments, dict):
                 raise ToolError("the arguments of a tool call must be a JSON object", param, "invalid_value")

@@ -7,13 +7,12 @@ by grammar.Limits; it runs in the grammar worker (grammars.py), never on the eve
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .grammar import Limits, schema_regex
+from .grammar import Limits, regex_literal, schema_regex
 from .tools import NAME_PATTERN, Function
 
 
@@ -29,12 +28,6 @@ class ForcedCalls(BaseModel):
 
 MAX_PARALLEL_CALLS = 8
 _EMPTY_OBJECT = {"type": "object", "properties": {}, "additionalProperties": False}
-_REGEX_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
-
-
-def regex_literal(text: str) -> str:
-    """`text` as a regex that matches it literally (newlines as \\n)."""
-    return _REGEX_SPECIAL.sub(r"\\\1", text).replace("\n", r"\n")
 
 
 def arguments_regex(parameters: dict[str, Any] | None, limits: Limits | None = None) -> str:

@@ -50,6 +50,18 @@ _NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"
 _COUNT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
 _PATTERN_SIBLINGS = {"type", "pattern", "description", "title", "default", "examples"}
 _REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+_REGEX_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
+_LITERAL_PLACEHOLDER = "ovservelit{}x"
+_VALUE_SIBLINGS = {"type", "enum", "const", "description", "title", "default", "examples"}
+_JSON_TYPES = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
 
 
 class GrammarError(ValueError):
@@ -96,6 +108,53 @@ def constraint(fmt: ResponseFormat | None) -> dict[str, str] | GrammarJob | None
     return GrammarJob(kind="schema", param="response_format", schema_=schema or {"type": "object"})
 
 
+def regex_literal(text: str) -> str:
+    """`text` as a regex that matches it literally (newlines as \\n), in a form XGrammar reads too."""
+    return _REGEX_SPECIAL.sub(r"\\\1", text).replace("\n", r"\n")
+
+
+def values_regex(values: list[Any]) -> str:
+    """The regex of exactly these JSON values, each in its compact form (an enum or a const). outlines-core writes
+    an object's or array's brackets and keys unescaped (`{"enum": [{"{J": null}]}` became a regex XGrammar
+    refuses inside the engine's step, which failed every request in flight): built here instead."""
+    if not values:
+        raise GrammarError("an empty enum allows no value")
+    return "(" + "|".join(regex_literal(json.dumps(v, separators=(",", ":"), ensure_ascii=False)) for v in values) + ")"
+
+
+def check_dialect(regex: str) -> None:
+    """The last gate before the engine: the regex parses in XGrammar's dialect (groups balanced, no `(?` but
+    `(?:`, classes closed, a `{` only as a repetition count). XGrammar compiles inside the engine's step, where a
+    parse error fails every request in flight: whatever slipped through the builders is a 400 here."""
+    depth, i, n = 0, 0, len(regex)
+    while i < n:
+        c = regex[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            j = i + 1
+            while j < n and regex[j] != "]":
+                j += 2 if regex[j] == "\\" else 1
+            if j >= n:
+                raise GrammarError("the grammar built from the schema is malformed (an unclosed '['): not supported")
+            i = j + 1
+            continue
+        if c == "(":
+            if regex.startswith("(?", i) and not regex.startswith("(?:", i):
+                raise GrammarError("the grammar built from the schema uses '(?': not supported")
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth < 0:
+                raise GrammarError("the grammar built from the schema is malformed (an unmatched ')'): not supported")
+        elif c == "{" and not _REPEAT.match(regex, i):
+            raise GrammarError("the grammar built from the schema is malformed (a bare '{'): not supported")
+        i += 1
+    if depth:
+        raise GrammarError("the grammar built from the schema is malformed (an unclosed '('): not supported")
+
+
 def schema_regex(schema: dict[str, Any], limits: Limits | None = None) -> str:
     """The compact regex of a JSON schema (GrammarError when it is over a limit or outlines-core refuses it)."""
     from outlines_core.json_schema import build_regex_from_schema
@@ -104,7 +163,8 @@ def schema_regex(schema: dict[str, Any], limits: Limits | None = None) -> str:
     check_schema(schema, limits)
     ranges: list[str] = []
     patterns: list[str] = []
-    schema = _placeholders(copy.deepcopy(schema), ranges, patterns, limits)
+    literals: list[str] = []
+    schema = _placeholders(copy.deepcopy(schema), ranges, patterns, literals, limits)
     try:
         regex = build_regex_from_schema(json.dumps(schema), whitespace_pattern="")
     except Exception as exc:  # outlines-core raises ValueError or its own errors; all are the schema's fault
@@ -117,7 +177,10 @@ def schema_regex(schema: dict[str, Any], limits: Limits | None = None) -> str:
         regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', f"({rx})")
     for i, rx in enumerate(patterns):
         regex = regex.replace(f'"{_PATTERN_PLACEHOLDER.format(i)}"', f'"{rx}"')
+    for i, rx in enumerate(literals):
+        regex = regex.replace(f'"{_LITERAL_PLACEHOLDER.format(i)}"', rx)
     check_regex(regex, limits)
+    check_dialect(regex)
     return regex
 
 
@@ -155,6 +218,11 @@ def check_schema(schema: Any, limits: Limits) -> None:
         if isinstance(node, list):
             stack.extend((x, depth + 1) for x in node)
         elif isinstance(node, dict):
+            names = node.get("properties")
+            for name in names if isinstance(names, dict) else ():
+                if json.dumps(name, ensure_ascii=False)[1:-1] != name:
+                    # outlines-core writes property names raw: {"a"b":true} would be the output
+                    raise GrammarError(f"the property name {name[:40]!r} needs escaping in JSON: not supported")
             for k in _NUMBER_KEYWORDS:
                 v = node.get(k)
                 if isinstance(v, float) and not math.isfinite(v):
@@ -227,13 +295,24 @@ def _check_expansion(schema: Any, limit: int) -> None:
     size(schema, frozenset())
 
 
-def _placeholders(node: Any, ranges: list[str], patterns: list[str], limits: Limits) -> Any:
-    """Replace every bounded integer subschema and every string `pattern` by a placeholder const: the integer's
-    range regex kept in `ranges`, the pattern rewritten over the JSON encoding in `patterns`."""
+def _placeholders(node: Any, ranges: list[str], patterns: list[str], literals: list[str], limits: Limits) -> Any:
+    """Replace every bounded integer subschema, every string `pattern` and every enum or const by a placeholder
+    const: the integer's range regex kept in `ranges`, the pattern rewritten over the JSON encoding in `patterns`,
+    the values' regex in `literals`."""
     if isinstance(node, list):
-        return [_placeholders(x, ranges, patterns, limits) for x in node]
+        return [_placeholders(x, ranges, patterns, literals, limits) for x in node]
     if not isinstance(node, dict):
         return node
+    if ("enum" in node or "const" in node) and not set(node) - _VALUE_SIBLINGS:
+        values = node["enum"] if "enum" in node else [node["const"]]
+        if not isinstance(values, list):
+            raise GrammarError("enum must be a list of values")
+        kinds = node.get("type")
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if isinstance(kinds, list):
+            values = [v for v in values if any(_JSON_TYPES.get(k, lambda _v: False)(v) for k in kinds)]
+        literals.append(values_regex(values))
+        return {"const": _LITERAL_PLACEHOLDER.format(len(literals) - 1)}
     bounds = _int_bounds(node)
     if bounds is not None:
         ranges.append(int_range_regex(*bounds))
@@ -251,7 +330,7 @@ def _placeholders(node: Any, ranges: list[str], patterns: list[str], limits: Lim
             raise GrammarError(f"the pattern {pattern[:80]!r} is not supported: {exc}") from None
         return {"const": _PATTERN_PLACEHOLDER.format(len(patterns) - 1)}
     # properties' and $defs' keys are names, not keywords: recurse into their values only
-    return {k: _placeholders(v, ranges, patterns, limits) for k, v in node.items()}
+    return {k: _placeholders(v, ranges, patterns, literals, limits) for k, v in node.items()}
 
 
 def _int_bounds(node: dict) -> tuple[int, int] | None:

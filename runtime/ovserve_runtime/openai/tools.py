@@ -162,7 +162,8 @@ class JsonSpan:
         return -1
 
 
-def _too_deep(text: str) -> bool:
+def too_deep(text: str) -> bool:
+    """Does this JSON text nest deeper than MAX_DEPTH (read without recursion)?"""
     span = JsonSpan()
     span.feed(text)
     return span.deepest > MAX_DEPTH
@@ -173,7 +174,7 @@ def _call(name: Any, arguments: Any, tool_names: Collection[str] | None, new_id:
     if not isinstance(name, str) or not name or (tool_names is not None and name not in tool_names):
         return None
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
-        if _too_deep(arguments):
+        if too_deep(arguments):
             return None
         try:
             arguments = json.loads(arguments)
@@ -192,7 +193,7 @@ def _call(name: Any, arguments: Any, tool_names: Collection[str] | None, new_id:
 
 def _json_call(body: str, keys: tuple[str, ...], tool_names, new_id) -> ToolCall | None:
     """The call a JSON object's text is, or None; never raises (depth bounded before any decoding)."""
-    if not body.startswith("{") or _too_deep(body):
+    if not body.startswith("{") or too_deep(body):
         return None
     try:
         obj = json.loads(body)
