@@ -25,11 +25,9 @@ def _load_fuzzer():
     return mod
 
 
-# Open at the commit that added this test (docs/benchmarks.md, "The API under a fuzzer"): object keys of enum
-# values reach the output regex unescaped (`{"enum": [{"{J": null}]}`: XGrammar fails the engine step and the
-# runtime exits), property names with a quote or a newline are written raw (invalid JSON), an empty enum gives
-# "[,]" or "". Remove the mark when the grammar fixes land: the test then guards them.
-@pytest.mark.xfail(reason="open grammar findings of issue 38 (see the comment above)", strict=False)
+# Guards the fuzzer's findings (docs/benchmarks.md, "The API under a fuzzer"), fixed since: enum and const values
+# reaching the output regex unescaped (`{"enum": [{"{J": null}]}`: XGrammar failed the engine step and the runtime
+# exited), property names with a quote or a newline written raw, an empty enum giving "[,]" or "".
 def test_hostile_requests_get_their_own_4xx_only(chat_models, server_factory):
     fuzz_api = _load_fuzzer()
     server = server_factory(chat_models / "tiny-qwen25", "--served-name", "fuzzed")
