@@ -202,6 +202,8 @@ KEY_CASES = (
     "_100000",
     "enum_object",
     "property_",
+    "gzip_garbage",
+    "responses_reasoning_blob",
 )
 
 
@@ -346,6 +348,9 @@ def adversarial(served: str) -> Iterator[Probe]:
     yield Probe("corpus/ctype_multipart", "POST", CHAT, b"--x\r\n\r\n--x--", {"Content-Type": "multipart/form-data"})
     yield Probe("corpus/ctype_charset_latin1", "POST", CHAT, ok, {"Content-Type": "application/json; charset=latin-1"})
     yield Probe("corpus/gzip_garbage", "POST", CHAT, b"not gzip", {**JSON_CT, "Content-Encoding": "gzip"})
+    blob = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "\u00ae@~"}  # was a 500
+    body = {"model": served, "input": [blob, {"role": "user", "content": "x"}], "max_output_tokens": 4}
+    yield Probe("corpus/responses_reasoning_blob", "POST", "/v3/responses", json.dumps(body).encode())
     yield Probe("corpus/gzip_ok", "POST", CHAT, gzip.compress(ok), {**JSON_CT, "Content-Encoding": "gzip"})
     bomb = gzip.compress(b"[" + b" " * (64 << 20) + b"]", compresslevel=9)  # 64 MiB inflated: over the limit
     yield Probe("corpus/gzip_bomb_64MiB", "POST", CHAT, bomb, {**JSON_CT, "Content-Encoding": "gzip"})

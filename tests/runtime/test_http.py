@@ -515,3 +515,19 @@ def test_stream_interval_gathers_a_streams_text_into_fewer_chunks(tiny_models, s
     assert len(chunks) <= took / interval_s + 2, (len(chunks), took)
     # held text goes out when its interval ends, not only with the end of the stream
     assert len(chunks) >= min(3, took / interval_s - 1), (len(chunks), took)
+
+
+def test_a_body_that_does_not_decode_as_its_content_encoding_says_is_a_400(cb_server):
+    """The fuzzer sent `Content-Encoding: gzip` over a plain body: aiohttp's decoding error was a 500 (issue 38)."""
+    for path in ("/v3/chat/completions", "/v1/responses", "/v3/embeddings"):
+        req = urllib.request.Request(
+            cb_server.url + path,
+            data=b'{"messages": []}',
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+        try:
+            urllib.request.urlopen(req, timeout=30)
+            raise AssertionError("accepted")
+        except urllib.error.HTTPError as e:
+            body = json.loads(e.read())
+            assert (e.code, body["error"]["code"]) in ((400, "invalid_body"), (404, "task_not_served")), body

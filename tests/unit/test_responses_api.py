@@ -250,3 +250,15 @@ def test_every_responses_field_is_in_the_support_table_and_the_docs_are_generate
     assert responses_support.DOCS.render_into(text) == text, (
         "docs/runtime.md drifted: python -m ovserve_runtime.openai.responses_support --write docs/runtime.md"
     )
+
+
+@pytest.mark.parametrize("blob", ["®@~", base64.b64encode(b"\xff\xfe").decode(), "not base64!"])
+def test_another_servers_encrypted_reasoning_is_opaque_not_a_500(blob):
+    """The fuzzer sent "®@~": b64decode raised ValueError on non-ASCII text, a 500 (issue 38)."""
+    r = req(
+        input=[
+            {"type": "reasoning", "id": "rs", "summary": [], "encrypted_content": blob},
+            {"role": "user", "content": "q"},
+        ]
+    )
+    assert [m.role for m in to_chat(r).messages] == ["user"]

@@ -162,15 +162,14 @@ class ReasoningItem(_Strict):
     @property
     def text(self) -> str:
         import base64
-        import binascii
 
         if self.content:
             return "".join(p.text for p in self.content)
         if self.encrypted_content:
             try:
                 return base64.b64decode(self.encrypted_content, validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                return ""  # another server's: opaque here
+            except ValueError:  # not base64 (binascii.Error), not ASCII, not UTF-8: another server's, opaque here
+                return ""
         return "".join(p.text for p in self.summary)
 
 

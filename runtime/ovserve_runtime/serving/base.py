@@ -20,6 +20,8 @@ import time
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from ..engine import Events
 from ..openai.errors import ApiError, too_large
@@ -57,6 +59,9 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
             return await request.read()
     except web.HTTPRequestEntityTooLarge as exc:  # chunked: aiohttp stops reading at the limit
         raise too_large(None, limit) from exc
+    except (HttpProcessingError, RequestPayloadError) as exc:  # e.g. not decoding as its Content-Encoding says
+        why = " ".join(str(exc).split())[:200]  # (was a 500)
+        raise ApiError(400, f"the request body cannot be read: {why}", code="invalid_body") from None
     except TimeoutError:
         raise ApiError(
             408,
