@@ -401,6 +401,14 @@ def _runtime_pids(pod: str) -> list[tuple[int, bytes]]:
     return found
 
 
+def _maps_weights(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "openvino_model.bin" in f.read()
+    except OSError:
+        return False
+
+
 async def _burst(url: str, n: int) -> list[tuple[int, str, str]]:
     """n concurrent streaming chat completions: (status, Retry-After, body or last SSE line)."""
     import aiohttp
@@ -441,7 +449,8 @@ def test_admission_bound_and_fatal_exit_through_the_cluster(cluster, truth_ns, t
     assert any(b"\0--stream-interval-ms\x002.5\0" in cmd for _pid, cmd in _runtime_pids(pod)), _runtime_pids(pod)
 
     # the engine process dies: the container exits 3 and the kubelet keeps its report
-    engine = [pid for pid, cmd in _runtime_pids(pod) if b"spawn_main" in cmd]
+    # the engine-core child maps the weights; the grammar worker is another spawn_main child
+    engine = [pid for pid, cmd in _runtime_pids(pod) if b"spawn_main" in cmd and _maps_weights(pid)]
     assert len(engine) == 1, _runtime_pids(pod)
     os.kill(engine[0], signal.SIGKILL)
 

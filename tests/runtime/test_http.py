@@ -531,3 +531,5 @@ def test_a_body_that_does_not_decode_as_its_content_encoding_says_is_a_400(cb_se
         except urllib.error.HTTPError as e:
             body = json.loads(e.read())
             assert (e.code, body["error"]["code"]) in ((400, "invalid_body"), (404, "task_not_served")), body
+    log = cb_server.log.read_text()
+    assert "Unhandled exception" not in log and "zlib.error" not in log  # aiohttp's drain of the rest, logged

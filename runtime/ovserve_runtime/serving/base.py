@@ -61,7 +61,12 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
         raise too_large(None, limit) from exc
     except (HttpProcessingError, RequestPayloadError) as exc:  # e.g. not decoding as its Content-Encoding says
         why = " ".join(str(exc).split())[:200]  # (was a 500)
-        raise ApiError(400, f"the request body cannot be read: {why}", code="invalid_body") from None
+        # the rest is not read: aiohttp would drain it after the answer, hit the same error and log it as an
+        # unhandled server exception; the connection closes instead
+        request.content.feed_eof()
+        raise ApiError(
+            400, f"the request body cannot be read: {why}", code="invalid_body", headers={"Connection": "close"}
+        ) from None
     except TimeoutError:
         raise ApiError(
             408,
