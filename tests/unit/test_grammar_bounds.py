@@ -299,6 +299,7 @@ def test_schemas_that_would_give_invalid_json_are_refused(schema, says):
         ("(a))", False),
         ("(?=a)", False),
         ("(?:a)", True),
+        ("a{7,2}", False),  # the 10,000-request run: "Lower bound is larger than upper bound" failed the engine
     ],
 )
 def test_the_dialect_gate(regex, ok):
@@ -307,3 +308,15 @@ def test_the_dialect_gate(regex, ok):
     else:
         with pytest.raises(GrammarError, match="not supported"):
             grammar.check_dialect(regex)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "items": {"type": "string"}, "minItems": 544, "maxItems": 286},
+        {"type": "string", "minLength": 7, "maxLength": 2},
+    ],
+)
+def test_a_minimum_count_above_the_maximum_is_refused_before_the_engine(schema):
+    with pytest.raises(GrammarError):
+        grammar.schema_regex(schema)

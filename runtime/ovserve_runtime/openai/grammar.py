@@ -148,8 +148,15 @@ def check_dialect(regex: str) -> None:
             depth -= 1
             if depth < 0:
                 raise GrammarError("the grammar built from the schema is malformed (an unmatched ')'): not supported")
-        elif c == "{" and not _REPEAT.match(regex, i):
-            raise GrammarError("the grammar built from the schema is malformed (a bare '{'): not supported")
+        elif c == "{":
+            m = _REPEAT.match(regex, i)
+            if not m:
+                raise GrammarError("the grammar built from the schema is malformed (a bare '{'): not supported")
+            if m.group(2) and int(m.group(1)) > int(m.group(2)):  # XGrammar: "Lower bound is larger than upper"
+                raise GrammarError(
+                    f"a count range {{{m.group(1)},{m.group(2)}}} whose minimum is above its maximum "
+                    "(minItems above maxItems, minLength above maxLength): not supported"
+                )
         i += 1
     if depth:
         raise GrammarError("the grammar built from the schema is malformed (an unclosed '('): not supported")
