@@ -232,10 +232,13 @@ def scales_out_and_back(
             st = status(cluster, namespace, name)
             if (st.get("autoscaling") or {}).get("desiredReplicas") == 2:
                 seen["status"] = st
+        # spec.replicas as the HPA set it through the scale subresource: recorded when it reads 2 (by the time
+        # READY shows 2/2 on a loaded machine the HPA may already have set it back to 1)
+        if cluster.get("llmserving", name, namespace)["spec"]["replicas"] == 2:
+            seen.setdefault("replicas", 2)
         if "ready" not in seen and row(cluster, namespace, name).get("READY") == "2/2":
-            # spec.replicas read together with READY
-            seen["ready"] = time.monotonic(), cluster.get("llmserving", name, namespace)["spec"]["replicas"]
-        return len(seen) == 3
+            seen["ready"] = time.monotonic(), seen.get("replicas", 1)
+        return len(seen) == 4
 
     try:
         # scale up: the HPA raises spec.replicas, a second runtime pod becomes Ready, READY shows it
