@@ -451,18 +451,23 @@ def to_chat(req: ResponsesRequest, history: list[Item] = ()) -> ChatRequest:
         return ChatRequest.model_validate_json(json.dumps(body))
     except ValidationError as exc:
         err = error_of(exc)
-        raise RequestError(err.message, _responses_param(err.param), err.code) from None
+        raise RequestError(err.message, responses_param(err.param), err.code) from None
 
 
-def _responses_param(param: str | None) -> str | None:
+# a chat field's name -> the Responses request's name for it (errors raised by the chat path name these)
+RESPONSES_NAMES = (
+    ("messages", "input"),
+    ("response_format", "text.format"),
+    ("max_completion_tokens", "max_output_tokens"),
+    ("reasoning_effort", "reasoning.effort"),
+)
+
+
+def responses_param(param: str | None) -> str | None:
     """A chat field's name as the Responses request calls it."""
     if param is None:
         return None
-    for chat, resp in (
-        ("messages", "input"),
-        ("response_format", "text.format"),
-        ("max_completion_tokens", "max_output_tokens"),
-    ):
+    for chat, resp in RESPONSES_NAMES:
         if param == chat or param.startswith(chat + ".") or param.startswith(chat + "["):
             return resp + param[len(chat) :] if chat != "messages" else "input"
     return param

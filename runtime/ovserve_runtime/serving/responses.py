@@ -25,7 +25,14 @@ from ..openai import assistant, stops
 from ..openai.errors import ApiError, event_error, unknown_model
 from ..openai.request import RequestError
 from ..openai.responses_output import Events, Output, response, status_of, usage
-from ..openai.responses_request import Item, ResponsesRequest, parse_responses, to_chat
+from ..openai.responses_request import (
+    RESPONSES_NAMES,
+    Item,
+    ResponsesRequest,
+    parse_responses,
+    responses_param,
+    to_chat,
+)
 from ..openai.stops import StopText
 from . import prepare
 from .base import INLINE_BODY_BYTES, STREAMING, error_response
@@ -189,9 +196,9 @@ def _history(stored: tuple[dict[str, Any], ...]) -> list[Any]:
 
 def _renamed(err: ApiError) -> ApiError:
     """A chat field's name in an error, as the Responses request calls it."""
-    names = {"reasoning_effort": "reasoning.effort", "response_format": "text.format", "messages": "input"}
-    for chat, resp in names.items():
-        if err.param and (err.param == chat or err.param.startswith((chat + ".", chat + "["))):
-            err.param = resp + err.param[len(chat) :] if chat != "messages" else "input"
-            err.message = err.message.replace(chat, resp)
+    renamed = responses_param(err.param)
+    if renamed != err.param:
+        chat = next(c for c, _ in RESPONSES_NAMES if err.param == c or err.param.startswith((c + ".", c + "[")))
+        resp = dict(RESPONSES_NAMES)[chat]
+        err.param, err.message = renamed, err.message.replace(chat, resp)
     return err
