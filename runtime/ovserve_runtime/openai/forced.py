@@ -37,6 +37,14 @@ def arguments_regex(parameters: dict[str, Any] | None, limits: Limits | None = N
     return schema_regex(parameters if parameters else _EMPTY_OBJECT, limits)
 
 
+# a family's call as the forced grammar writes it: (the call up to its arguments, what closes it, the separator of
+# parallel calls); a name only ever matches NAME_PATTERN, so it needs no escaping in the format
+_FORMATS = {
+    "hermes": ('<tool_call>\n{{"name": "{name}", "arguments": ', "}\n</tool_call>", "\n"),
+    "llama3_json": ('{{"name": "{name}", "parameters": ', "}", "; "),
+}
+
+
 def forced_parser(parser: str) -> str:
     """The parser that reads a forced call's output back: pythonic models are forced to Llama 3's JSON format."""
     if parser not in ("hermes", "llama3_json", "llama3_pythonic"):
@@ -67,29 +75,13 @@ def forced_calls(
     output is then read with that parser. Raises ValueError for a name a regex cannot carry, and what
     outlines-core raises for a schema it cannot compile (grammar.GrammarError beyond `limits`)."""
     check_names(functions)
-    if parser == "hermes":
-        one = "|".join(
-            regex_literal('<tool_call>\n{"name": "' + f.name + '", "arguments": ')
-            + "("
-            + arguments_regex(f.parameters, limits)
-            + ")"
-            + regex_literal("}\n</tool_call>")
-            for f in functions
-        )
-        sep = regex_literal("\n")
-    elif parser in ("llama3_json", "llama3_pythonic"):
-        parser = "llama3_json"
-        one = "|".join(
-            regex_literal('{"name": "' + f.name + '", "parameters": ')
-            + "("
-            + arguments_regex(f.parameters, limits)
-            + ")"
-            + regex_literal("}")
-            for f in functions
-        )
-        sep = regex_literal("; ")
-    else:
-        raise ValueError(f"unknown tool parser {parser!r}")
+    parser = forced_parser(parser)
+    head, tail, sep = _FORMATS[parser]
+    one = "|".join(
+        f"{regex_literal(head.format(name=f.name))}({arguments_regex(f.parameters, limits)}){regex_literal(tail)}"
+        for f in functions
+    )
+    sep = regex_literal(sep)
     call = f"({one})"
     regex = f"{call}({sep}{call}){{0,{max_calls - 1}}}" if parallel and max_calls > 1 else call
     return ForcedCalls(regex=regex, parser=parser)
