@@ -68,13 +68,27 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
         return error_response(ApiError(500, "internal server error", "server_error", code="internal_error"))
 
 
+@web.middleware
+async def unread_body_closes(request: web.Request, handler) -> web.StreamResponse:
+    """An answer given before the body was read to its end (a 404, a wrong task) closes the connection instead of
+    letting aiohttp drain the rest: a body that fails to decode (a broken gzip) would fail again in that drain,
+    logged as an unhandled server exception, and a large one would be read for nothing."""
+    resp = await handler(request)
+    if request.body_exists and not request.content.is_eof() and not resp.prepared:
+        request.content.feed_eof()
+        resp.force_close()
+    return resp
+
+
 class App:
     def __init__(self, cfg: ServerConfig, report: RuntimeReport, metrics: Metrics | None = None) -> None:
         self.state = ServingState(cfg, report, metrics)
         self.watchdog = Watchdog(cfg.liveness_stall_seconds)
         # client_max_size bounds a chunked body too (Content-Length is checked before reading)
         self.refusals = Refusals(self.state.metrics.refusals)
-        self.web = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[self._visible, json_errors])
+        self.web = web.Application(
+            client_max_size=cfg.max_body_bytes, middlewares=[unread_body_closes, self._visible, json_errors]
+        )
         self.web.on_cleanup.append(self._close)
         self.chat = ChatServing(self.state)
         self.completions = CompletionServing(self.state)
