@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import decisions
+from . import decisions, isa, tuning
 from .flags import RuntimeFlags, add_arguments, from_sources
 from .openai import assistant, thinking
 from .report import (
@@ -143,9 +143,11 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
 
-    props: dict = {"INFERENCE_NUM_THREADS": args.inference_threads} if args.inference_threads else {}
-    if args.inference_precision and args.inference_precision != "AUTO":
-        props["INFERENCE_PRECISION_HINT"] = args.inference_precision
+    tuned = tuning.choose(isa.detect(), args.device, args.model_dump(include=set(tuning.SETTINGS)))
+    if tuned.chosen:
+        log.info("engine defaults for %s: %s", tuned.isa.describe(), tuned.updates())
+    run_args = args.model_copy(update=tuned.updates())  # what the engine runs with; `args` stays what was asked
+    props = plugin_properties(run_args)
     opts = LoadOptions(
         speculative=speculative_config(args, props),
         model_path=args.model_path,
@@ -153,7 +155,9 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         device=args.device,
         properties=props,
         engine_process=args.engine_process,
-        scheduler=SchedulerOptions(**args.model_dump(include={f.name for f in dataclasses.fields(SchedulerOptions)})),
+        scheduler=SchedulerOptions(
+            **run_args.model_dump(include={f.name for f in dataclasses.fields(SchedulerOptions)})
+        ),
     )
     load_task = loop.run_in_executor(None, tasks.load_serving, opts, args, served)
     stop_task = asyncio.ensure_future(stop.wait())
@@ -209,6 +213,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         report.versions,
         max_position=loaded.max_position,
         speculative=speculative,
+        tuning=tuned,
     )
     if loaded.task.resolved == Task.TEXT_GENERATION:  # embeddings and rerank read no tool calls
         record = record.model_copy(update=assistant.decisions(app.parsers))
@@ -249,6 +254,16 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
     return exit_code, app.report
 
 
+def plugin_properties(args: RuntimeFlags) -> dict:
+    """The plugin properties the flags set (the scheduler's KV-cache precision goes with the scheduler)."""
+    props: dict = {"INFERENCE_NUM_THREADS": args.inference_threads} if args.inference_threads else {}
+    if args.inference_precision and args.inference_precision != "AUTO":
+        props["INFERENCE_PRECISION_HINT"] = args.inference_precision
+    if args.dynamic_quantization_group_size is not None and args.device.split(".")[0].upper() == "CPU":
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = args.dynamic_quantization_group_size
+    return props
+
+
 def speculative_config(args: RuntimeFlags, props: dict) -> SpeculativeConfig:
     """The speculative mode the flags ask for; the draft runs with the main model's threads and precision."""
     if args.draft_model_path:
@@ -283,6 +298,7 @@ def asked(args: RuntimeFlags) -> decisions.Asked:
         inference_precision=None if args.inference_precision in (None, "AUTO") else args.inference_precision,
         cache_eviction=opts_eviction(args),
         sparse_attention=args.sparse_attention,
+        dynamic_quantization_group_size=args.dynamic_quantization_group_size,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .report import Decision, Decisions, Source, SpeculativeReport, Versions
+from .tuning import Tuning
 
 AUTO = "AUTO"
 GB = 1024**3
@@ -30,6 +31,7 @@ class Asked:
     cache_eviction: str | None = None  # a one-line description of the asked eviction config, None = not asked
     sparse_attention: str | None = None  # the asked sparse-attention mode, None = not asked
     max_prompt_tokens: int | None = None  # 0 counts as not asked
+    dynamic_quantization_group_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Observed:
     num_streams: int | None = None
     inference_threads: int | None = None
     performance_hint: str | None = None
+    dynamic_quantization_group_size: int | None = None  # CPU plugin only
     # continuous batching: the scheduler config the pipeline was constructed with (asked values and
     # openvino-genai's defaults for the rest) and what its metrics say about the cache
     cache_size_gb: float | None = None  # SchedulerConfig.cache_size (0: grows on demand)
@@ -104,9 +107,15 @@ def record(
     *,
     max_position: int | None,
     speculative: SpeculativeReport,
+    tuning: Tuning | None = None,
 ) -> Decisions:
-    """The decisions block of a loaded pipeline."""
+    """The decisions block of a loaded pipeline. `tuning`: the CPU seen and the settings chosen for it where
+    nothing was asked (tuning.py); their details say so."""
     o = observed
+
+    def auto(setting: str, otherwise: str) -> str:
+        return (tuning.why(setting) if tuning else None) or otherwise
+
     execution = ",".join(o.execution_devices) or None
     device_detail = o.device_name or "execution device of the compiled model"
     if execution and execution.split(".")[0].upper() != asked.device.upper():
@@ -116,7 +125,9 @@ def record(
             value=execution or asked.device, source=Source.REQUESTED, requested=asked.device, detail=device_detail
         ),
         inferencePrecision=decide(
-            asked.inference_precision, o.inference_precision, detail_auto="plugin default on this device"
+            asked.inference_precision,
+            o.inference_precision,
+            detail_auto=auto("inference_precision", "plugin default on this device"),
         ),
         numStreams=decide(None, o.num_streams, detail_auto=f"plugin, performance hint {o.performance_hint or '?'}"),
         inferenceThreads=decide(asked.inference_threads or None, o.inference_threads, detail_auto="plugin default"),
@@ -130,6 +141,19 @@ def record(
         openvino=Decision(value=versions.openvino or None, source=Source.AUTOMATIC, detail="the image's"),
         openvinoGenai=Decision(value=versions.openvinoGenai or None, source=Source.AUTOMATIC, detail="the image's"),
     )
+    if o.dynamic_quantization_group_size is not None:
+        d.dynamicQuantization = decide(
+            asked.dynamic_quantization_group_size,
+            o.dynamic_quantization_group_size,
+            detail_auto=auto("dynamic_quantization_group_size", "plugin default on this device"),
+        )
+    if tuning is not None and tuning.device.split(".")[0].upper() == "CPU":
+        cpu = tuning.isa
+        d.cpu = Decision(
+            value=cpu.level.value,
+            source=Source.AUTOMATIC,
+            detail=f"{cpu.model_name or 'unknown CPU'}: {' '.join(cpu.features) or 'no AVX2'}"[:300],
+        )
     if speculative.fallback:
         d.speculative = d.speculative.model_copy(
             update={"detail": f"{speculative.reason}: {speculative.message}"[:300]}
@@ -147,8 +171,12 @@ def record(
         for name in ("prefixCaching", "dynamicSplitFuse", "cacheEviction", "sparseAttention"):
             setattr(d, name, Decision(value=None, source=Source.AUTOMATIC, detail=off))
         return d
+    chosen = tuning.why("kv_cache_precision") if tuning else None
     d.kvCachePrecision = decide(
-        asked.kv_cache_precision, o.kv_cache_precision, detail_auto=o.kv_cache_how, detail_asked=o.kv_cache_how
+        asked.kv_cache_precision,
+        o.kv_cache_precision,
+        detail_auto=f"{chosen}; {o.kv_cache_how}" if chosen else o.kv_cache_how,
+        detail_asked=o.kv_cache_how,
     )
     d.kvCacheGB = kv_cache_gb(o)
     if asked.cache_size_gb is not None:

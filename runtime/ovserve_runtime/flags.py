@@ -349,6 +349,18 @@ class RuntimeFlags(BaseModel):
         "f16; the resolved value is in /v1/status decisions.inferencePrecision",
         shown="AUTO",
     )
+    dynamic_quantization_group_size: int | None = _flag(
+        None,
+        Group.MODEL,
+        "N",
+        "DYNAMIC_QUANTIZATION_GROUP_SIZE of the CPU plugin: activations quantized on the fly in groups of N for "
+        "int8/int4 weights (0 = off); unset: chosen for the CPU's instruction set where measured "
+        "(docs/benchmarks.md), else the plugin's; the resolved value is in /v1/status "
+        "decisions.dynamicQuantization",
+        shown="AUTO",
+        ge=0,
+        le=1 << 20,
+    )
     draft_model_path: str | None = _flag(
         None,
         Group.SPECULATIVE,

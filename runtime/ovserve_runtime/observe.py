@@ -42,6 +42,7 @@ _PLUGIN_KEYS = (
     "NUM_STREAMS",
     "INFERENCE_NUM_THREADS",
     "PERFORMANCE_HINT",
+    "DYNAMIC_QUANTIZATION_GROUP_SIZE",
 )
 
 
@@ -204,6 +205,7 @@ def observe(
         num_streams=_int(p.get("NUM_STREAMS")),
         inference_threads=_int(p.get("INFERENCE_NUM_THREADS")),
         performance_hint=str(hint).split(".")[-1] if hint is not None else None,
+        dynamic_quantization_group_size=_int(p.get("DYNAMIC_QUANTIZATION_GROUP_SIZE")),
     )
     if scheduler is not None:
         prec, block, how = measured_precision(cache_bytes, pr.block_bytes if pr else {}, inference, asked_kv)

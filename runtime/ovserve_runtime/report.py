@@ -114,6 +114,12 @@ class Decisions(BaseModel):
     device: Decision | None = Field(None, description="The execution device (what GPU/AUTO resolved to).")
     inferencePrecision: Decision | None = Field(None, description="INFERENCE_PRECISION_HINT as compiled.")
     kvCachePrecision: Decision | None = Field(None, description="KV-cache element type as compiled.")
+    dynamicQuantization: Decision | None = Field(
+        None, description="DYNAMIC_QUANTIZATION_GROUP_SIZE as compiled (0: off; CPU)."
+    )
+    cpu: Decision | None = Field(
+        None, description="The CPU's instruction-set class the engine defaults follow, and its features (CPU)."
+    )
     numStreams: Decision | None = Field(None, description="NUM_STREAMS as compiled.")
     inferenceThreads: Decision | None = Field(None, description="INFERENCE_NUM_THREADS as compiled.")
     kvCacheGB: Decision | None = Field(None, description="KV-cache memory in GB (continuous batching).")

@@ -7,6 +7,7 @@ import json
 import urllib.request
 
 import pytest
+from ovserve_runtime import isa
 from ovserve_runtime.report import RuntimeReport
 
 
@@ -37,6 +38,18 @@ def test_cb_defaults_are_recorded_as_automatic(cb_server):
     }
     assert d["speculative"]["value"] == "none"
     assert d["openvino"]["value"] and d["openvinoGenai"]["value"]
+    # the CPU's class, read from /proc/cpuinfo, and the dynamic quantization the plugin compiled with
+    assert d["cpu"]["value"] == isa.detect().level.value and d["cpu"]["source"] == "automatic"
+    assert int(d["dynamicQuantization"]["value"]) >= 0
+
+
+def test_asked_dynamic_quantization_is_what_runs(tiny_models, server_factory):
+    s = server_factory(tiny_models / "tiny-llm", "--dynamic-quantization-group-size", "0")
+    try:
+        d = _decisions(s)
+    finally:
+        s.stop()
+    assert d["dynamicQuantization"] == {"value": "0", "source": "requested", "requested": "0", "detail": "as asked"}
 
 
 @pytest.mark.parametrize(
