@@ -12,7 +12,7 @@
 - `merge_condition`: puts the Autoscaling condition into a status' conditions (lastTransitionTime
   changes only when its status does), or removes it when autoscaling is off.
 
-handlers.py does the I/O (apply, delete, reads); this module is table-tested in tests/unit.
+autoscaling_io.py does the I/O (reads, apply, delete) and act.py calls it; this module is table-tested in tests/unit.
 """
 
 from __future__ import annotations

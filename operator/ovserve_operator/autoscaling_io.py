@@ -1,27 +1,29 @@
-"""The I/O of autoscaling (blocking; handlers call it in a thread): keep the ScaledObject as spec.autoscaling
-says, read KEDA's state back, and put it into a computed status. Decisions live in `autoscaling` (pure).
+"""The I/O of autoscaling (blocking; the controller calls it in a thread): read KEDA's ScaledObject and its HPA,
+and write the ScaledObject the render produced. What to write and what status says is decided elsewhere:
+`decide` (pure) from `autoscaling` (pure).
 
-- `sync`: apply the rendered ScaledObject, or delete ours when spec.autoscaling is gone. Nothing is
-  applied while KEDA's CRD is not served; status then says KEDANotInstalled. A refusal (an operator not
-  granted ScaledObjects: chart `autoscaling.enabled=false`; a webhook) is kept for status
-  (ScaledObjectRefused) and retried every REFUSED_RETRY_S, never raised into a reconcile retry loop.
-- `read_state`: on every status pass (level-triggered; ScaledObjects are not watched, since KEDA may be
-  absent or not granted): re-applies a missing ScaledObject (KEDA installed later, or deleted by hand) or
-  one whose spec differs from the rendered one (edited by hand: at once, then at most every REAPPLY_AFTER_S), then reads
-  it and its HPA into an `AutoscalingState`.
+- `Keda`: whether ScaledObjects are served (KEDA's CRD), asked at most every SERVED_TTL_S (installing KEDA later
+  is noticed). One per controller.
+- `read`: on every sync pass (level-triggered; ScaledObjects are not watched, since KEDA may be absent or not
+  granted): the live ScaledObject and its HPA, or why they cannot be read. Reads only.
+- `write`: apply the rendered ScaledObject, or delete ours when spec.autoscaling is gone. A refusal (an operator
+  not granted ScaledObjects: chart `autoscaling.enabled=false`; a webhook) is returned for status
+  (ScaledObjectRefused), retried every REFUSED_RETRY_S by `decide`, never raised into a retry loop. The
+  ownership check is the children's (ownership.conflict): a ScaledObject of that name not controlled by this
+  LLMServing is never written.
 - `apply_to_status`: sets status.autoscaling and the Autoscaling condition of a computed status.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import autoscaling, drift
-from . import spec as api
+from . import autoscaling, ownership
 from .kube import Kube, error_text, is_refusal
 
 log = logging.getLogger(__name__)
@@ -32,81 +34,42 @@ REAPPLY_AFTER_S = 30.0  # a ScaledObject edited by hand is reverted at most this
 NOT_OURS = "NameConflict"
 
 
-class _Cache:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.served: tuple[float, bool] | None = None
-        self.apply_errors: dict[tuple[str, str], str] = {}
-        self.refused_at: dict[tuple[str, str], float] = {}  # monotonic: when the apiserver last refused
-        self.reverted_at: dict[tuple[str, str], float] = {}  # monotonic: the last re-apply for a hand edit
+class Keda:
+    """Whether KEDA's ScaledObjects are served, cached for SERVED_TTL_S (thread-safe: read from the io pool)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._served: tuple[float, bool] | None = None
+
+    def served(self, kube: Kube) -> bool:
+        with self._lock:
+            if self._served is not None and self.clock() - self._served[0] < SERVED_TTL_S:
+                return self._served[1]
+        served = kube.served(f"{autoscaling.GROUP}/v1alpha1", autoscaling.PLURAL)
+        with self._lock:
+            self._served = (self.clock(), served)
+        return served
 
 
-_CACHE = _Cache()
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """What one read found: KEDA served or not; the live ScaledObject (None: absent, unreadable or not ours) and
+    its HPA; `problem`: why it cannot be used (the read refused, or a ScaledObject of that name not ours)."""
+
+    installed: bool = False
+    scaled_object: Mapping[str, Any] | None = None
+    hpa: Mapping[str, Any] | None = None
+    problem: str | None = None
+    readable: bool = True
+    ours: bool = True  # False: a ScaledObject of that name is someone else's
 
 
-def keda_served(kube: Kube) -> bool:
-    """Whether ScaledObjects are served; cached for SERVED_TTL_S (installing KEDA later is noticed)."""
-    with _CACHE.lock:
-        if _CACHE.served is not None and time.monotonic() - _CACHE.served[0] < SERVED_TTL_S:
-            return _CACHE.served[1]
-    served = kube.served(f"{autoscaling.GROUP}/v1alpha1", autoscaling.PLURAL)
-    with _CACHE.lock:
-        _CACHE.served = (time.monotonic(), served)
-    return served
+def not_ours_message(so_name: str) -> str:
+    return f"{NOT_OURS}: ScaledObject {so_name} is not owned by this LLMServing"
 
 
-def _ours(obj: Mapping[str, Any], uid: str) -> bool:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == uid and r.get("controller") for r in refs)
-
-
-def sync(kube: Kube, name: str, namespace: str, uid: str, spec: api.LLMServingSpec, prometheus_url: str) -> None:
-    """Make the ScaledObject match spec.autoscaling. A refusal (4xx) is kept for status and not raised:
-    the Deployment and Service are applied and serve at spec.replicas meanwhile."""
-    key = (namespace, name)
-    if not keda_served(kube):
-        return
-    desired = autoscaling.render_scaled_object(name, namespace, uid, spec, prometheus_url)
-    so_name = autoscaling.scaled_object_name(name)
-    try:
-        try:
-            existing = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
-        except kube.errors.ForbiddenError:
-            if desired is None:
-                return  # an operator not granted ScaledObjects (chart autoscaling.enabled=false) made none
-            raise
-        if existing is not None and not _ours(existing, uid):
-            if desired is None:
-                return
-            # someone else's ScaledObject of that name: never taken over (status says so)
-            with _CACHE.lock:
-                _CACHE.apply_errors[key] = f"{NOT_OURS}: ScaledObject {so_name} is not owned by this LLMServing"
-            return
-        if desired is None:
-            if existing is not None:
-                # The HPA goes with it (KEDA owns it); spec.replicas keeps its last autoscaled value.
-                kube.delete(
-                    autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name, uid=existing["metadata"].get("uid")
-                )
-        else:
-            _, reverted = kube.apply_exact(desired)
-            if reverted:
-                log.info("%s/%s: ScaledObject: reverted what another field manager changed: %s", *key, reverted)
-    except Exception as e:
-        with _CACHE.lock:
-            _CACHE.apply_errors[key] = _refusal_text(e)
-            if is_refusal(e):
-                _CACHE.refused_at[key] = time.monotonic()
-        if is_refusal(e):
-            log.warning("%s/%s: the ScaledObject was refused: %s", namespace, name, error_text(e))
-            return
-        raise
-    with _CACHE.lock:
-        _CACHE.apply_errors.pop(key, None)
-        _CACHE.refused_at.pop(key, None)
-
-
-def _refusal_text(e: BaseException) -> str:
+def refusal_text(e: BaseException) -> str:
     if getattr(e, "status", None) == 403:
         return (
             f"the operator may not manage keda.sh ScaledObjects ({error_text(e)}): install the chart with "
@@ -115,61 +78,68 @@ def _refusal_text(e: BaseException) -> str:
     return error_text(e)
 
 
-def _retry_due(key: tuple[str, str], now: float) -> bool:
-    with _CACHE.lock:
-        refused = _CACHE.refused_at.get(key)
-    return refused is None or now - refused >= REFUSED_RETRY_S
+def read(kube: Kube, keda: Keda, name: str, namespace: str, uid: str) -> Seen:
+    """The ScaledObject of `name` and its HPA, as they are (reads only)."""
+    if not keda.served(kube):
+        return Seen(installed=False)
+    so_name = autoscaling.scaled_object_name(name)
+    try:
+        so = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
+    except kube.errors.ForbiddenError as e:
+        # not granted (chart autoscaling.enabled=false): status says so, nothing is retried here
+        return Seen(installed=True, problem=refusal_text(e), readable=False)
+    if so is None:
+        return Seen(installed=True)
+    if ownership.conflict(so, uid) is not None:
+        return Seen(installed=True, problem=not_ours_message(so_name), ours=False)
+    hpa_name = ((so.get("status") or {}).get("hpaName")) or autoscaling.hpa_name(name)
+    hpa = kube.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, hpa_name)
+    return Seen(installed=True, scaled_object=so, hpa=hpa)
 
 
-def read_state(
-    kube: Kube, name: str, namespace: str, uid: str, spec: api.LLMServingSpec, prometheus_url: str
-) -> autoscaling.AutoscalingState:
-    if spec.autoscaling is None:
-        return autoscaling.AutoscalingState(None, None)
-    installed = keda_served(kube)
-    key = (namespace, name)
-    so = hpa = None
-    if installed:
-        so_name = autoscaling.scaled_object_name(name)
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What `write` did: `error` (None: done, or nothing to do) and whether the apiserver refused it."""
+
+    error: str | None = None
+    refused: bool = False
+
+
+def write(
+    kube: Kube, keda: Keda, desired: Mapping[str, Any] | None, name: str, namespace: str, uid: str
+) -> Written | None:
+    """Make the ScaledObject match `desired` (None: autoscaling off, delete ours). A refusal (4xx) is returned, not
+    raised: the Deployment and Service are applied and serve at spec.replicas meanwhile. None: nothing was tried
+    (KEDA not served); any other failure is raised."""
+    if not keda.served(kube):
+        return None
+    so_name = autoscaling.scaled_object_name(name)
+    try:
         try:
-            so = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
-            readable = True
-        except kube.errors.ForbiddenError as e:
-            # not granted (chart autoscaling.enabled=false): status says so, nothing is retried here
-            with _CACHE.lock:
-                _CACHE.apply_errors[key] = _refusal_text(e)
-            readable = False
-        if not readable:
-            pass
-        elif so is None:
-            if _retry_due(key, time.monotonic()):
-                try:
-                    sync(kube, name, namespace, uid, spec, prometheus_url)
-                except Exception as e:
-                    log.warning("%s/%s: applying the ScaledObject failed: %s", namespace, name, error_text(e))
-        elif not _ours(so, uid):
-            with _CACHE.lock:
-                _CACHE.apply_errors[key] = f"{NOT_OURS}: ScaledObject {so_name} is not owned by this LLMServing"
-            so = None
+            existing = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
+        except kube.errors.ForbiddenError:
+            if desired is None:
+                return Written()  # an operator not granted ScaledObjects (chart autoscaling.enabled=false) made none
+            raise
+        if ownership.conflict(existing, uid) is not None:
+            # someone else's ScaledObject of that name: never taken over (status says so)
+            return None if desired is None else Written(not_ours_message(so_name))
+        if desired is None:
+            if existing is not None:
+                # The HPA goes with it (KEDA owns it); spec.replicas keeps its last autoscaled value.
+                kube.delete(
+                    autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name, uid=existing["metadata"].get("uid")
+                )
         else:
-            desired = autoscaling.render_scaled_object(name, namespace, uid, spec, prometheus_url)
-            now = time.monotonic()
-            with _CACHE.lock:
-                due = now - _CACHE.reverted_at.get(key, -1e9) > REAPPLY_AFTER_S
-            if desired is not None and drift.differences(desired, so) and due:
-                with _CACHE.lock:
-                    _CACHE.reverted_at[key] = now
-                try:
-                    sync(kube, name, namespace, uid, spec, prometheus_url)
-                except Exception as e:
-                    log.warning("%s/%s: re-applying the ScaledObject failed: %s", namespace, name, error_text(e))
-            hpa_name = ((so.get("status") or {}).get("hpaName")) or autoscaling.hpa_name(name)
-            hpa = kube.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, hpa_name)
-    with _CACHE.lock:
-        apply_error = _CACHE.apply_errors.get((namespace, name))
-    return autoscaling.autoscaling_status(
-        spec, keda_installed=installed, scaled_object=so, hpa=hpa, apply_error=apply_error
-    )
+            _, reverted = kube.apply_exact(dict(desired))
+            if reverted:
+                log.info("%s/%s: ScaledObject: reverted another field manager's change: %s", namespace, name, reverted)
+    except Exception as e:
+        if is_refusal(e):
+            log.warning("%s/%s: the ScaledObject was refused: %s", namespace, name, error_text(e))
+            return Written(refusal_text(e), refused=True)
+        raise
+    return Written()
 
 
 def apply_to_status(
@@ -205,10 +175,4 @@ def apply_to_status(
     )
 
 
-def forget(namespace: str, name: str) -> None:
-    with _CACHE.lock:
-        for d in (_CACHE.apply_errors, _CACHE.refused_at, _CACHE.reverted_at):
-            d.pop((namespace, name), None)
-
-
-__all__ = ["apply_to_status", "forget", "keda_served", "read_state", "sync"]
+__all__ = ["Keda", "Seen", "Written", "apply_to_status", "read", "refusal_text", "write"]

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(settings: Settings) -> int:
     import kopf
 
-    from . import handlers  # registers the handlers
+    from . import handlers  # noqa: F401  (registers kopf's startup and cleanup handlers)
     from .health import HealthState, serve
     from .kube import Kube, LeaseAdapter
     from .leader import LeaderElector
@@ -130,7 +130,8 @@ def run(settings: Settings) -> int:
         return 2
     kube = Kube(pool_size=2 * settings.api_threads + 2)  # both pools, the Lease and the seed's LIST
     kube.warm_up()
-    handlers.configure(settings, kube, health)
+    # what kopf's startup handler builds the Controller from (handlers.py): kopf's memo, not a module global
+    memo = kopf.Memo(settings=settings, kube=kube, health=health)
 
     stop = threading.Event()  # process stop (signal)
     # kopf's loop is ours, and its stop flag an asyncio.Event set thread-safely: a threading.Event
@@ -198,6 +199,7 @@ def run(settings: Settings) -> int:
             identity=settings.identity,
             stop_flag=kopf_stop,
             loop=loop,
+            memo=memo,
         )
     finally:
         health.role = "stopping"

@@ -107,14 +107,28 @@ class ReadbackMemory:
     def apply(
         self, pods: list[Mapping[str, Any]], readings: dict[str, Reading], now: dt.datetime
     ) -> dict[str, Reading]:
+        out, remembered = self.graced(pods, readings, now)
+        self._pods.update(remembered)
+        return out
+
+    def graced(
+        self, pods: list[Mapping[str, Any]], readings: Mapping[str, Reading], now: dt.datetime
+    ) -> tuple[dict[str, Reading], dict[str, PodMemory]]:
+        """Pure: (pod name -> the reading after the grace, pod uid -> what to remember of each pod); `keep` the
+        second to remember it."""
         out: dict[str, Reading] = {}
+        remembered: dict[str, PodMemory] = {}
         for pod in pods:
             key, name = podview.uid(pod), podview.name(pod)
             reading = readings.get(name) or Reading(None, "none")
-            out[name], self._pods[key] = with_grace(
+            out[name], remembered[key] = with_grace(
                 reading, self._pods.get(key), ready_now=podview.container_ready(pod), now=now, grace=self.grace
             )
-        return out
+        return out, remembered
+
+    def keep(self, remembered: Mapping[str, PodMemory]) -> None:
+        """Remember these pods only (what `graced` returned): the others are gone."""
+        self._pods = dict(remembered)
 
     def forget_except(self, uids: set[str]) -> None:
         for key in set(self._pods) - uids:

@@ -23,7 +23,7 @@ One `Reflector` per (kind, namespace) runs in a thread of its own (the client is
 The resourceVersion to watch from advances only after an event was handed over: an event whose handling raised
 is delivered again by the next watch, never skipped.
 
-`Sink` calls come from the reflector's thread; handlers.py reduces each object to its snapshot there, hands it
+`Sink` calls come from the reflector's thread; intake.py reduces each object to its snapshot there, hands it
 to the event loop, and waits for each page to be taken, so a slow loop slows the LIST instead of piling pages
 up in memory (watch events are handed over without waiting: the apiserver drops a watcher that lags).
 """

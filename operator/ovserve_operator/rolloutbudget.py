@@ -48,6 +48,21 @@ class Live:
         return cls(annotations.get(hash_annotation, ""), annotations.get(ANNOTATION_GENERATION))
 
 
+@dataclasses.dataclass(frozen=True)
+class View:
+    """The budget as one LLMServing's sync pass sees it: its hold (live hash, desired hash), whether it holds a
+    slot, whether a slot is free, and its status.rollout."""
+
+    held: tuple[str, str] | None = None
+    granted: bool = False
+    free: bool = False
+    status: dict[str, Any] | None = None
+
+    def held_hash(self, desired_hash: str) -> str | None:
+        """As RolloutBudget.held_hash."""
+        return self.held[0] if self.held is not None and self.held[1] == desired_hash else None
+
+
 @dataclasses.dataclass
 class _Hold:
     live_hash: str
@@ -110,6 +125,19 @@ class RolloutBudget:
         with self._lock:
             return key in self._granted
 
+    def view(self, key: Key) -> View:
+        """What the budget says of `key` now, for a pure decision (`decide`)."""
+        with self._lock:
+            self._expire()
+            hold = self._held.get(key)
+            granted, free = key in self._granted, len(self._granted) < self.slots
+        return View(
+            held=None if hold is None else (hold.live_hash, hold.desired_hash),
+            granted=granted,
+            free=free,
+            status=self.status(key),
+        )
+
     def _expire(self) -> None:
         now = self.clock()
         for key in [k for k, (at, _h) in self._granted.items() if now - at > self.timeout_s]:
@@ -141,4 +169,4 @@ def rollout_done(status: Mapping[str, Any], replicas: int) -> bool:
     return int(status.get("readyReplicas") or 0) >= replicas and not status.get("previous")
 
 
-__all__ = ["ANNOTATION_GENERATION", "Decision", "Live", "RolloutBudget", "rollout_done"]
+__all__ = ["ANNOTATION_GENERATION", "Decision", "Live", "RolloutBudget", "View", "rollout_done"]

@@ -19,9 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .spec import QUANTITY_PATTERN
 
 FIELD_MANAGER = "ovserve-operator"
-STORAGE_PREFIX = "ovserve.dev"
 MEMORY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"  # the subset resourcedefaults adds up
-FINALIZER = "ovserve.dev/finalizer"
 
 
 def _list(value: str) -> list[str]:

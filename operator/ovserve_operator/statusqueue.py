@@ -1,12 +1,10 @@
 """The status work queue: which LLMServing to refresh when, and what is remembered between cycles.
 
-Kept out of the glue (handlers.py) so that it can be tested alone: the clock and the caches are injected.
+Kept out of the controller (controller.py) so that it can be tested alone: the clock and the caches are injected.
 
 - `WorkQueue`: dirty marks (a watch event) and due times (every `interval`); forgets deleted objects. The
   periodic resync has a budget (`resync_per_s`, a token bucket): at thousands of objects the period grows to
   objects / budget instead of the operator's CPU; marks and an object's first refresh are never held back.
-- `Memory`: per-object state between cycles: the last status written, when children were last applied,
-  the last refused apply, the readback grace of its pods, their mount-failure Events.
 - `needs_patch`: write only when the status changed (never a heartbeat: an object whose facts did not
   change is not written); `stored_status`: what is stored, when the cache has not caught up with our write.
 - `StatusController`: the loop: take what is marked or due, start its refresh (bounded concurrency, each
@@ -24,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import dataclasses
 import logging
 import time
 from collections import Counter
@@ -32,8 +29,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from . import status
-from .readback import ReadbackMemory
-from .rules import ApplyError
+from .memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +65,7 @@ class WorkQueue:
     ) -> tuple[list[Key], list[Key], list[Key]]:
         """(keys marked dirty, keys only due for the resync, keys gone since the last call). Schedules the
         next due time of the first two. `held` keys are present but not to be refreshed yet (their cache is
-        not in sync, cache.SyncGate): neither taken nor gone, their mark kept."""
+        not in sync, cache.ListGate): neither taken nor gone, their mark kept."""
         now = self.clock()
         here = {k for k in self.active if k in present}
         gone = sorted(self.active - here)
@@ -110,108 +106,6 @@ class WorkQueue:
             batch = min(max(1.0, self.rate), max(1.0, self.rate * RESYNC_BATCH_S))
             waits = [w for w in waits if w > 0] + [(batch - self.tokens) / self.rate]
         return max(0.05, min([*waits, self.interval]))
-
-
-@dataclasses.dataclass
-class Memory:
-    """What the controller remembers about one LLMServing between cycles."""
-
-    readback: ReadbackMemory
-    uid: str = ""  # of the object remembered: a namesake re-created meanwhile starts afresh
-    last_status: dict[str, Any] | None = None
-    patched_over: str | None = None  # the resourceVersion our last status patch was computed from
-    applied_at: float | None = None  # monotonic
-    reverted_at: float | None = None  # monotonic: the last re-apply for a hand edit of a live child
-    applied_generation: int | None = None  # the generation whose children were last applied
-    attempted_generation: int | None = None  # the generation of the last apply tried (None: none by this leader)
-    apply_error: ApplyError | None = None
-    mount_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> message
-    events_read_at: dict[str, float] = dataclasses.field(default_factory=dict)  # pod uid -> monotonic
-    children_seen: set[str] = dataclasses.field(default_factory=set)  # kinds of children seen live
-    applying: int = 0  # applies of its children queued or running (a generation's, a re-apply)
-
-
-class Memories:
-    """Memory per key, created on first use, dropped when the object is gone."""
-
-    def __init__(self, readback_grace_s: float) -> None:
-        self.grace = readback_grace_s
-        self._by_key: dict[Key, Memory] = {}
-
-    def __getitem__(self, key: Key) -> Memory:
-        if key not in self._by_key:
-            self._by_key[key] = Memory(readback=ReadbackMemory(self.grace))
-        return self._by_key[key]
-
-    def of(self, key: Key, uid: str) -> Memory:
-        """The memory of the object `uid` at `key`: what was remembered of a deleted namesake is dropped
-        (its last status, refused apply and pods must never speak for the new object)."""
-        memory = self._by_key.get(key)
-        if memory is None or (memory.uid and uid and memory.uid != uid):
-            memory = self._by_key[key] = Memory(readback=ReadbackMemory(self.grace), uid=uid)
-        memory.uid = memory.uid or uid
-        return memory
-
-    def get(self, key: Key) -> Memory | None:
-        return self._by_key.get(key)
-
-    def forget(self, key: Key) -> None:
-        self._by_key.pop(key, None)
-
-
-def generation_apply_due(
-    memory: Memory, generation: int | None, now: float, refused_after_s: float, failed_after_s: float
-) -> bool:
-    """Whether the sync pass applies the children of `generation` now (the first apply of a spec, a create's or
-    an edit's, or a new leader's first look): not when that generation was applied, nor while an apply is
-    queued or running; a generation not tried yet at once; one whose apply failed after `refused_after_s` (the
-    apiserver or the policy refused it) or `failed_after_s` (any other failure), counted from that try."""
-    if memory.applying or memory.applied_generation == generation:
-        return False
-    if memory.attempted_generation != generation or memory.applied_at is None:
-        return True
-    refused = memory.apply_error is not None and memory.apply_error.generation == generation
-    return now - memory.applied_at > (refused_after_s if refused else failed_after_s)
-
-
-def reapply_due(memory: Memory, drifted: bool, now: float, after_s: float, generation: int | None = None) -> bool:
-    """Children missing or outdated: re-apply, at most every `after_s` (counted from the last apply);
-    at once when the spec changed since the apiserver refused an apply (the user fixed it). Never while an
-    apply is queued or running: it writes the children anyway (during a bulk create, a second apply queued
-    behind it held the status refresh that waited for it past its 60 s bound)."""
-    if memory.applied_at is None:
-        memory.applied_at = now
-    if not drifted or memory.applying:
-        return False
-    refused = memory.apply_error
-    return now - memory.applied_at > after_s or (refused is not None and refused.generation != generation)
-
-
-def revert_due(memory: Memory, now: float, after_s: float) -> bool:
-    """A live child edited by hand: revert at once, then at most every `after_s` (another controller that keeps
-    writing the same fields is fought only that often); not while an apply is queued or running. Records the
-    revert."""
-    if memory.applying:
-        return False
-    if memory.reverted_at is not None and now - memory.reverted_at <= after_s:
-        return False
-    memory.reverted_at = now
-    return True
-
-
-MISSING_AFTER_S = 10.0  # a child never seen counts as missing once its apply is this old
-
-
-def missing_children(
-    memory: Memory, absent: Collection[str], now: float, after_s: float = MISSING_AFTER_S
-) -> list[str]:
-    """The kinds of children to report missing: absent now, and either seen before (deleted) or still absent
-    `after_s` after the last apply (never a missing child in the moment between a first apply and its watch
-    event). Remembers which kinds were seen."""
-    all_kinds = {"Deployment", "Service"}
-    memory.children_seen |= all_kinds - set(absent)
-    applied_long_ago = memory.applied_at is not None and now - memory.applied_at > after_s
-    return sorted(k for k in absent if k in memory.children_seen or applied_long_ago)
 
 
 def needs_patch(new: Mapping[str, Any], current: Mapping[str, Any], last: Mapping[str, Any] | None) -> bool:

@@ -12,8 +12,11 @@ from typing import Any
 
 import kopf
 import pytest
-from ovserve_operator import cache, handlers, reflector, render, statusqueue
+from ovserve_operator import cache, intake, reflector, render, statusqueue
 from ovserve_operator import spec as api
+from ovserve_operator.controller import Controller
+from ovserve_operator.decide import children_current, render_children
+from ovserve_operator.observe import Observed, ours
 from ovserve_operator.settings import Settings
 
 A, B = ("ns", "a"), ("ns", "b")
@@ -123,15 +126,10 @@ def pod(uid: str, owner: str | None, component: str = "runtime") -> dict:
 
 @pytest.fixture
 def ctx():
-    saved = handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate, handlers.CTX.llmservings
-    handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate, handlers.CTX.llmservings = (
-        statusqueue.WorkQueue(5.0),
-        cache.Cache(),
-        cache.ListGate(),
-        cache.Cache(),
-    )
-    yield handlers.CTX
-    handlers.CTX.queue, handlers.CTX.pods, handlers.CTX.gate, handlers.CTX.llmservings = saved
+    """A Controller of its own (no API client: these tests make no call, or give it a fake)."""
+    ctl = Controller(Settings(), kube=None)  # type: ignore[arg-type]
+    ctl.queue = statusqueue.WorkQueue(5.0)
+    return ctl
 
 
 # (events of one pod, its key in the cache afterwards (None: absent), the keys marked by the last event)
@@ -152,7 +150,7 @@ POD_EVENTS = {
 def test_child_events_feed_the_cache(ctx, events, key, marked):
     for event_type, body in events:
         ctx.queue.dirty.clear()
-        handlers.on_child_event("Pod", event_type, kopf.Body(body))
+        ctx.on_child_event("Pod", event_type, kopf.Body(body))
     assert [k for k in (A, B) if k in ctx.pods] == ([key] if key else [])
     assert ctx.queue.dirty == marked
 
@@ -162,11 +160,11 @@ def test_a_child_change_reaches_the_loop_packed_and_reads_back_as_its_snapshot(c
     what the snapshot function made of the body."""
     body = pod("u", "a")
     body["status"] = {"podIP": "10.0.0.7", "phase": "Running"}
-    change = handlers.child_change("Pod", "ADDED", body)
+    change = intake.child_change("Pod", "ADDED", body)
     assert isinstance(change.packed, bytes) and change.key == A
-    handlers.apply_child_change(change)
-    assert ctx.pods[A] == [handlers.CHILD_KINDS["Pod"][2](body)]
-    assert handlers.child_change("Pod", "DELETED", body).packed == b""
+    ctx.apply_child_change(change)
+    assert ctx.pods[A] == [intake.CHILD_KINDS["Pod"][2](body)]
+    assert intake.child_change("Pod", "DELETED", body).packed == b""
 
 
 # Only what the operator reads of a child's labels and annotations is cached (issue 38): whoever can create a pod
@@ -190,7 +188,7 @@ def _hostile(kind: str) -> dict:
 
 @pytest.mark.parametrize("kind", ["Pod", "Deployment", "Service"])
 def test_a_snapshot_keeps_only_the_labels_and_annotations_the_operator_reads(kind):
-    snap = handlers.CHILD_KINDS[kind][2](_hostile(kind))
+    snap = intake.CHILD_KINDS[kind][2](_hostile(kind))
     meta = snap["metadata"]
     assert meta["labels"] == {
         render.LABEL_MANAGED_BY: render.MANAGED_BY,
@@ -207,7 +205,7 @@ def test_a_snapshot_keeps_only_the_labels_and_annotations_the_operator_reads(kin
 def test_an_annotation_of_ours_longer_than_any_the_operator_writes_is_not_kept():
     body = _hostile("Pod")
     body["metadata"]["annotations"][render.ANNOTATION_TEMPLATE_HASH] = HUGE
-    assert render.ANNOTATION_TEMPLATE_HASH not in handlers._pod_snapshot(body)["metadata"]["annotations"]
+    assert render.ANNOTATION_TEMPLATE_HASH not in intake.pod_snapshot(body)["metadata"]["annotations"]
 
 
 # steps: ("expect", [names][, namespace]) | ("listed", name) | ("refuse", name, namespace) | ("readable", name);
@@ -299,12 +297,12 @@ def test_first_lists_open_the_gate_and_mark_every_llmserving(ctx):
     ctx.llmservings.put("s-a", A, {})
     ctx.llmservings.put("s-b", B, {})
     ctx.gate.expect([pods.name, services.name])
-    handlers._listed(pods, [handlers.child_change("Pod", None, pod("u1", "a"))], True)
-    handlers._synced(pods, {"u1"})
+    ctx.listed(pods, [intake.child_change("Pod", None, pod("u1", "a"))], True)
+    ctx.synced(pods, {"u1"})
     assert not ctx.gate.ready(A)
     ctx.queue.dirty.clear()
-    handlers._listed(services, [], True)
-    handlers._synced(services, set())
+    ctx.listed(services, [], True)
+    ctx.synced(services, set())
     assert ctx.gate.ready(A)
     assert ctx.queue.dirty == {A, B}
 
@@ -323,14 +321,14 @@ def test_llmserving_events_feed_the_cache_activate_and_mark(ctx):
     """The LLMServings' reflector: a listed or changed LLMServing is cached (its snapshot packed in the reflector's
     thread), activated and marked; a deleted one leaves the cache (the controller forgets it), unmarked."""
     r = _reflector(api.KIND, "ns")
-    handlers._listed(r, [handlers.to_change(api.KIND, None, llmserving("s-a", "a"))], True)
-    assert ctx.llmservings[A] == [handlers._llmserving_snapshot(llmserving("s-a", "a"), *A)]
+    ctx.listed(r, [intake.to_change(api.KIND, None, llmserving("s-a", "a"))], True)
+    assert ctx.llmservings[A] == [intake.llmserving_snapshot(llmserving("s-a", "a"), *A)]
     assert A in ctx.queue.active and ctx.queue.dirty == {A}
     ctx.queue.dirty.clear()
-    handlers.apply_change(handlers.to_change(api.KIND, "MODIFIED", llmserving("s-a", "a", generation=2)))
+    ctx.apply_change(intake.to_change(api.KIND, "MODIFIED", llmserving("s-a", "a", generation=2)))
     assert ctx.llmservings[A][0]["metadata"]["generation"] == 2 and ctx.queue.dirty == {A}
     ctx.queue.dirty.clear()
-    handlers.apply_change(handlers.to_change(api.KIND, "DELETED", llmserving("s-a", "a", generation=2)))
+    ctx.apply_change(intake.to_change(api.KIND, "DELETED", llmserving("s-a", "a", generation=2)))
     assert A not in ctx.llmservings and not ctx.queue.dirty
 
 
@@ -338,13 +336,11 @@ def test_an_llmserving_relist_drops_what_was_deleted_unseen(ctx):
     """After a 410 the LLMServings' reflector lists again: one that LIST no longer returns was deleted in the gap
     and leaves the cache (the controller forgets it); nothing is marked for it."""
     r = _reflector(api.KIND, "ns")
-    handlers._listed(
-        r, [handlers.to_change(api.KIND, None, llmserving(u, n)) for u, n in (("s-a", "a"), ("s-b", "b"))], True
-    )
-    handlers._synced(r, {"s-a", "s-b"})
+    ctx.listed(r, [intake.to_change(api.KIND, None, llmserving(u, n)) for u, n in (("s-a", "a"), ("s-b", "b"))], True)
+    ctx.synced(r, {"s-a", "s-b"})
     ctx.queue.dirty.clear()
-    handlers._listed(r, [handlers.to_change(api.KIND, None, llmserving("s-a", "a"))], True)  # b deleted unseen
-    handlers._synced(r, {"s-a"})
+    ctx.listed(r, [intake.to_change(api.KIND, None, llmserving("s-a", "a"))], True)  # b deleted unseen
+    ctx.synced(r, {"s-a"})
     assert list(ctx.llmservings) == [A]
     assert ctx.queue.dirty == {A}  # listed again: refreshed; b is not marked (gone)
 
@@ -353,14 +349,14 @@ def test_a_relist_drops_children_deleted_unseen_and_marks_their_owners(ctx):
     """After a 410 the reflector lists again: what that LIST no longer returns was deleted in the gap."""
     ctx.gate.expect([])
     pods = _reflector("Pod", "ns")
-    handlers._listed(pods, [handlers.child_change("Pod", None, pod(u, o)) for u, o in (("u1", "a"), ("u2", "b"))], True)
-    handlers._synced(pods, {"u1", "u2"})
+    ctx.listed(pods, [intake.child_change("Pod", None, pod(u, o)) for u, o in (("u1", "a"), ("u2", "b"))], True)
+    ctx.synced(pods, {"u1", "u2"})
     ctx.pods.put("u3", ("other", "c"), {})  # another namespace's reflector put it: not judged by this LIST
     ctx.queue.dirty.clear()
     # u2 was deleted while no watch ran
-    handlers._listed(pods, [handlers.child_change("Pod", None, pod("u1", "a"))], True)
+    ctx.listed(pods, [intake.child_change("Pod", None, pod("u1", "a"))], True)
     assert ctx.queue.dirty == {A}
-    handlers._synced(pods, {"u1"})
+    ctx.synced(pods, {"u1"})
     assert ctx.queue.dirty == {A, B}  # b's pod is missing: its refresh says so
     assert A in ctx.pods and B not in ctx.pods and ("other", "c") in ctx.pods
 
@@ -405,7 +401,7 @@ def _live(kind: str, spec: dict, settings: Settings, uid: str = UID, **changes: 
     obj = copy.deepcopy(obj)
     obj["spec"].update(changes)
     obj["metadata"]["ownerReferences"][0]["uid"] = uid
-    return handlers._child_snapshot(kopf.Body(obj))
+    return intake.child_snapshot(kopf.Body(obj))
 
 
 # (settings changes, spec, Deployment live (None: absent), Service live) -> re-applying would change nothing
@@ -429,21 +425,19 @@ CURRENT_CASES = {
 
 @pytest.mark.parametrize("changes,spec,deployment,service,want", list(CURRENT_CASES.values()), ids=list(CURRENT_CASES))
 def test_children_current(changes, spec, deployment, service, want):
-    saved = handlers.CTX.settings, handlers.CTX.deployments, handlers.CTX.services
     settings = Settings(allow_host_path=True)
-    handlers.CTX.settings = settings.model_copy(update=changes)
-    handlers.CTX.deployments, handlers.CTX.services = cache.Cache(), cache.Cache()
-    try:
-        for kind, store, live in (
-            ("Deployment", handlers.CTX.deployments, deployment),
-            ("Service", handlers.CTX.services, service),
-        ):
-            if live is not None:
-                uid = live.pop("uid", UID)
-                store.put(f"{kind}-uid", A, _live(kind, spec, settings, uid, **live))
-        assert handlers._children_current(A, UID, api.parse_spec(spec)) is want
-    finally:
-        handlers.CTX.settings, handlers.CTX.deployments, handlers.CTX.services = saved
+    live: dict[str, Any] = {}
+    for kind, fields in (("Deployment", deployment), ("Service", service)):
+        store = cache.Cache()
+        if fields is not None:
+            uid = fields.pop("uid", UID)
+            store.put(f"{kind}-uid", A, _live(kind, spec, settings, uid, **fields))
+        live[kind] = ours(store.get(A, []), UID)
+    settings = settings.model_copy(update=changes)
+    typed = api.parse_spec(spec)
+    snapshot = {"metadata": {"namespace": A[0], "name": A[1], "uid": UID}}
+    observed = Observed(snapshot, settings, typed, {}, live=live)
+    assert children_current(observed, render_children(A[1], A[0], UID, typed, settings)) is want
 
 
 # ------------------------------------------------------------------ a refused namespace degrades that one only
@@ -466,8 +460,7 @@ def test_a_refused_namespace_degrades_that_namespace_only(ctx):
     of that is undone."""
 
     async def scenario() -> None:
-        saved = handlers.CTX.kube
-        handlers.CTX.kube = sink = _EventSink()  # type: ignore[assignment]
+        ctx.kube = sink = _EventSink()  # type: ignore[assignment]
         try:
             ns_pods, other_pods = _reflector("Pod", "ns"), _reflector("Pod", "other")
             ctx.llmservings.put("s-a", A, {})
@@ -475,32 +468,31 @@ def test_a_refused_namespace_degrades_that_namespace_only(ctx):
             ctx.gate.expect([ns_pods.name], "ns")
             ctx.gate.expect([other_pods.name], "other")
             ctx.queue.dirty.clear()
-            handlers._refused(other_pods, "HTTP 403: pods is forbidden")
-            handlers._refused(other_pods, "HTTP 403: pods is forbidden")  # every retry: counted, told once
+            ctx.refused(other_pods, "HTTP 403: pods is forbidden")
+            ctx.refused(other_pods, "HTTP 403: pods is forbidden")  # every retry: counted, told once
             assert ctx.queue.dirty == {C} and ctx.gate.ready(C) and not ctx.gate.ready(A)
             assert "forbidden" in ctx.gate.unreadable("other") and not ctx.gate.unreadable("ns")
-            handlers._listed(ns_pods, [], True)
-            handlers._synced(ns_pods, set())
+            ctx.listed(ns_pods, [], True)
+            ctx.synced(ns_pods, set())
             assert ctx.gate.ready(A) and ctx.queue.dirty == {A, C}
             metric = 'ovserve_operator_reflector_refused{kind="Pod",namespace="other"}'
-            assert handlers.CTX.health.counters[metric] == 1.0
-            assert handlers.CTX.health.healthy() == (
+            assert ctx.health.counters[metric] == 1.0
+            assert ctx.health.healthy() == (
                 True,
-                {**handlers.CTX.health.healthy()[1], "unreadable": [other_pods.name]},
+                {**ctx.health.healthy()[1], "unreadable": [other_pods.name]},
             )
             await asyncio.sleep(0.2)
             assert sink.posted == [("default", "Warning", "NamespaceUnreadable", "Lease")]
 
             ctx.queue.dirty.clear()
-            handlers._readable(other_pods)
+            ctx.readable(other_pods)
             assert ctx.queue.dirty == {C} and not ctx.gate.unreadable("other")
             assert not ctx.gate.ready(C)  # its LIST is awaited again
-            assert handlers.CTX.health.counters[metric] == 0.0 and "unreadable" not in handlers.CTX.health.healthy()[1]
+            assert ctx.health.counters[metric] == 0.0 and "unreadable" not in ctx.health.healthy()[1]
             await asyncio.sleep(0.2)
             assert sink.posted[1:] == [("default", "Normal", "NamespaceReadable", "Lease")]
         finally:
-            handlers.CTX.kube = saved
-            handlers.CTX.health.unreadable = []
+            ctx.health.unreadable = []
 
     asyncio.run(scenario())
 
@@ -512,7 +504,7 @@ def test_every_label_and_annotation_the_operator_writes_on_a_child_is_kept():
     spec = api.parse_spec({**SPEC, "autoscaling": {"minReplicas": 1, "maxReplicas": 2, "target": 4}})
     for obj in render.render(A[1], A[0], UID, spec, settings):
         for meta in (obj["metadata"], (obj.get("spec") or {}).get("template", {}).get("metadata") or {}):
-            assert set(meta.get("labels") or {}) <= handlers.KEPT_LABELS, obj["kind"]
+            assert set(meta.get("labels") or {}) <= intake.KEPT_LABELS, obj["kind"]
     deployment = next(o for o in render.render(A[1], A[0], UID, spec, settings) if o["kind"] == "Deployment")
     template_annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    assert set(template_annotations) <= handlers.KEPT_ANNOTATIONS  # what a pod carries: podview reads the hash
+    assert set(template_annotations) <= intake.KEPT_ANNOTATIONS  # what a pod carries: podview reads the hash

@@ -1,7 +1,7 @@
 """The echo of the operator's own status patch schedules no refresh; every other LLMServing event does.
 
-Driven through the real LLMServing event path (handlers.serving_change in the reflector's thread, then
-handlers.apply_serving_change on the loop, which feeds the cache) and the real work queue: each case is the
+Driven through the real LLMServing event path (intake.serving_change in the reflector's thread, then
+Controller.apply_serving_change on the loop, which feeds the cache) and the real work queue: each case is the
 sequence of watch events and status writes one object sees, and whether its last event marks it dirty.
 """
 
@@ -11,7 +11,9 @@ import copy
 from typing import Any
 
 import pytest
-from ovserve_operator import cache, echo, handlers, statusqueue
+from ovserve_operator import echo, intake, statusqueue
+from ovserve_operator.controller import Controller
+from ovserve_operator.settings import Settings
 from ovserve_operator.status import stored_form
 
 KEY = ("team-a", "llm")
@@ -74,12 +76,9 @@ CASES = {
 
 @pytest.fixture
 def ctx():
-    handlers.CTX.queue = statusqueue.WorkQueue(5.0)
-    handlers.CTX.own_writes = echo.OwnWrites()
-    handlers.CTX.llmservings = cache.Cache()
-    yield handlers.CTX
-    handlers.CTX.queue = statusqueue.WorkQueue(5.0)
-    handlers.CTX.own_writes = echo.OwnWrites()
+    ctl = Controller(Settings(), kube=None)  # type: ignore[arg-type]
+    ctl.queue = statusqueue.WorkQueue(5.0)
+    return ctl
 
 
 @pytest.mark.parametrize("steps,marked", list(CASES.values()), ids=list(CASES))
@@ -91,7 +90,7 @@ def test_own_patch_echo_schedules_no_refresh(ctx, steps, marked):
             ctx.own_writes.failed(KEY)
         else:
             ctx.queue.dirty.clear()
-            handlers.apply_serving_change(handlers.serving_change("MODIFIED", step))
+            ctx.apply_serving_change(intake.serving_change("MODIFIED", step))
             snapshot = ctx.llmservings[KEY][-1]
             assert snapshot["status"] == step["status"]  # the cache holds the event either way
     assert (KEY in ctx.queue.dirty) is marked

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import kopf
 import pytest
 from ovserve_operator import cli, settings
 from ovserve_operator.settings import Settings, parse_selector
@@ -175,9 +174,9 @@ MANAGED = "app.kubernetes.io/managed-by=ovserve-operator"
 def test_child_reflectors_send_label_selectors_to_the_apiserver(kind, want):
     """Only the operator's own children stream to it (the selector goes to the apiserver with the LIST and the
     watch), not every pod, Deployment and Service of the cluster; kopf watches none of them."""
-    from ovserve_operator import cache, handlers
+    from ovserve_operator import cache, intake
 
-    assert cache.label_selector(handlers.CHILD_KINDS[kind][1], kopf.PRESENT) == want
+    assert cache.label_selector(intake.CHILD_KINDS[kind][1], intake.PRESENT) == want
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from ovserve_operator import memory
 from ovserve_operator import statusqueue as sq
 from ovserve_operator.rules import ApplyError
 
@@ -67,17 +68,17 @@ def test_wait_is_bounded():
     ],
 )
 def test_reapply_due(applied_at, drifted, now, want):
-    m = sq.Memory(readback=None)  # type: ignore[arg-type]
+    m = memory.Memory(readback=None)  # type: ignore[arg-type]
     m.applied_at = applied_at
-    assert sq.reapply_due(m, drifted, now, 30.0) is want
+    assert memory.reapply_due(m, drifted, now, 30.0) is want
 
 
 def test_reapply_at_once_when_the_refused_spec_was_changed():
-    m = sq.Memory(readback=None)  # type: ignore[arg-type]
+    m = memory.Memory(readback=None)  # type: ignore[arg-type]
     m.applied_at = 95.0
     m.apply_error = ApplyError(2, 422, "Deployment/x", "invalid")
-    assert sq.reapply_due(m, True, 100.0, 30.0, generation=2) is False  # same refused spec: wait
-    assert sq.reapply_due(m, True, 100.0, 30.0, generation=3) is True  # fixed by the user: now
+    assert memory.reapply_due(m, True, 100.0, 30.0, generation=2) is False  # same refused spec: wait
+    assert memory.reapply_due(m, True, 100.0, 30.0, generation=3) is True  # fixed by the user: now
 
 
 def refused(attempted: int, at: float) -> dict:
@@ -111,8 +112,8 @@ GENERATION_APPLY = {
 
 @pytest.mark.parametrize("fields,generation,want", list(GENERATION_APPLY.values()), ids=list(GENERATION_APPLY))
 def test_generation_apply_due(fields, generation, want):
-    m = sq.Memory(readback=None, **fields)  # type: ignore[arg-type]
-    assert sq.generation_apply_due(m, generation, 100.0, 60.0, 5.0) is want
+    m = memory.Memory(readback=None, **fields)  # type: ignore[arg-type]
+    assert memory.generation_apply_due(m, generation, 100.0, 60.0, 5.0) is want
 
 
 BASE = {"phase": "Ready", "computedAt": "2026-12-03T07:00:00Z"}
@@ -148,12 +149,12 @@ def snapshot(rv: str, status: dict) -> dict:
     ],
 )
 def test_stored_status(rv, last, patched_over, want):
-    m = sq.Memory(readback=None, last_status=last, patched_over=patched_over)  # type: ignore[arg-type]
+    m = memory.Memory(readback=None, last_status=last, patched_over=patched_over)  # type: ignore[arg-type]
     assert sq.stored_status(snapshot(rv, {"phase": "Loading"}), m) == want
 
 
 def test_memories_created_and_forgotten():
-    ms = sq.Memories(30.0)
+    ms = memory.Memories(30.0)
     ms[A].last_status = {"phase": "Ready"}
     assert ms.get(A).last_status == {"phase": "Ready"}
     ms.forget(A)
@@ -162,22 +163,22 @@ def test_memories_created_and_forgotten():
 
 @pytest.mark.parametrize("applying,want", [(0, True), (1, False), (2, False)])
 def test_no_reapply_or_revert_while_an_apply_is_queued(applying, want):
-    m = sq.Memory(readback=None)  # type: ignore[arg-type]
+    m = memory.Memory(readback=None)  # type: ignore[arg-type]
     m.applied_at, m.applying = 60.0, applying
-    assert sq.reapply_due(m, True, 100.0, 30.0) is want
-    assert sq.revert_due(m, 100.0, 30.0) is want
+    assert memory.reapply_due(m, True, 100.0, 30.0) is want
+    assert memory.revert_due(m, 100.0, 30.0) is want
     assert (m.reverted_at is not None) is want  # a revert not done is not recorded
 
 
 def test_a_hand_edit_is_reverted_at_once_then_at_most_every_30_s():
-    m = sq.Memories(30.0).of(A, "u")
-    assert sq.revert_due(m, 100.0, 30.0) is True
-    assert sq.revert_due(m, 110.0, 30.0) is False  # someone keeps editing: not a tight fight
-    assert sq.revert_due(m, 131.0, 30.0) is True
+    m = memory.Memories(30.0).of(A, "u")
+    assert memory.revert_due(m, 100.0, 30.0) is True
+    assert memory.revert_due(m, 110.0, 30.0) is False  # someone keeps editing: not a tight fight
+    assert memory.revert_due(m, 131.0, 30.0) is True
 
 
 def test_memory_is_per_uid_a_namesake_starts_afresh():
-    ms = sq.Memories(30.0)
+    ms = memory.Memories(30.0)
     old = ms.of(A, "uid-1")
     old.last_status = {"phase": "Failed"}
     old.apply_error = ApplyError(1, 422, "Deployment/a", "bad")
@@ -187,15 +188,15 @@ def test_memory_is_per_uid_a_namesake_starts_afresh():
 
 
 def test_missing_children_only_once_seen_or_applied_long_ago():
-    m = sq.Memories(30.0).of(A, "u")
+    m = memory.Memories(30.0).of(A, "u")
     m.applied_at = 100.0
     # right after the first apply, before the watch shows them: not missing yet
-    assert sq.missing_children(m, ["Deployment", "Service"], now=101.0) == []
-    assert sq.missing_children(m, ["Deployment", "Service"], now=111.0) == ["Deployment", "Service"]
-    m2 = sq.Memories(30.0).of(A, "u")
+    assert memory.missing_children(m, ["Deployment", "Service"], now=101.0) == []
+    assert memory.missing_children(m, ["Deployment", "Service"], now=111.0) == ["Deployment", "Service"]
+    m2 = memory.Memories(30.0).of(A, "u")
     m2.applied_at = 100.0
-    assert sq.missing_children(m2, [], now=101.0) == []  # both seen
-    assert sq.missing_children(m2, ["Service"], now=102.0) == ["Service"]  # deleted: at once
+    assert memory.missing_children(m2, [], now=101.0) == []  # both seen
+    assert memory.missing_children(m2, ["Service"], now=102.0) == ["Service"]  # deleted: at once
 
 
 def test_controller_cycle_refreshes_due_and_survives_errors():

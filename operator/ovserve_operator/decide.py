@@ -1,0 +1,291 @@
+"""Decide: the second step of a sync pass, pure. From what `observe` read and what the controller remembers, the
+whole outcome of one pass: the status (every condition, status.autoscaling, status.rollout,
+status.resourceDefaults), whether it is written (only when it changed), the Events of its transitions, the
+children rendered once (the Deployment, the Service, the NetworkPolicy, the ScaledObject), and whether and why
+they are applied. `act` carries it out. No I/O, no clock, no global: table-tested in tests/unit/test_decide.py.
+
+What is applied when (level-triggered, as in kubernetes/sample-controller: the desired children against the
+live ones, every pass):
+- a generation not applied yet: at once (GENERATION); a new leader whose live children already are as rendered
+  records the generation as applied and writes nothing (UNCHANGED);
+- a child missing: re-applied at most every MISSING_REAPPLY_AFTER_S after the last apply (REFUSED_RETRY_S when the
+  apiserver refused this very spec); a child edited by hand: at once, then at most every REAPPLY_AFTER_S (never a
+  tight fight with another controller); a Deployment held by the rollout budget once a slot frees (REAPPLY);
+- the ScaledObject alone when it is missing (a refusal retried every REFUSED_RETRY_S) or edited by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import autoscaling, autoscaling_io, drift, policy, render, resourcedefaults, rolloutbudget, status
+from . import spec as api
+from .memory import Memory, generation_apply_due, missing_children, reapply_due, revert_due
+from .observe import Observed
+from .readback import PodMemory
+from .settings import Settings
+from .statusqueue import needs_patch
+
+REAPPLY_AFTER_S = 30.0  # a child edited by hand is reverted at once, then at most this often
+MISSING_REAPPLY_AFTER_S = 5.0  # children missing or drifted are re-applied at most this often after an apply
+REFUSED_RETRY_S = 60.0  # a refused apply is retried this often (a webhook or a quota may change)
+APPLY_RETRY_S = 5.0  # an apply that failed otherwise (the apiserver unreachable, a timeout) is retried after
+# the fields of the memory record a pass decides (act writes them back); the rest is written by act's own I/O
+DECIDED = (
+    "applied_at",
+    "reverted_at",
+    "applied_generation",
+    "attempted_generation",
+    "apply_error",
+    "children_seen",
+    "scaler_error",
+    "scaler_reverted_at",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Now:
+    """The pass's clock readings: wall time (status timestamps, readback grace) and monotonic seconds (retry and
+    re-apply intervals)."""
+
+    wall: dt.datetime
+    tick: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Desired:
+    """Every child of one LLMServing, rendered once per pass."""
+
+    objects: list[dict[str, Any]]  # render.render: in apply order
+    scaled_object: dict[str, Any] | None  # spec.autoscaling's; None: ours is deleted
+    denied: tuple[str, ...] = ()  # the tenant policy's violations: nothing is applied
+
+    def of(self, kind: str) -> dict[str, Any]:
+        return next(o for o in self.objects if o["kind"] == kind)
+
+    @property
+    def template_hash(self) -> str:
+        return self.of("Deployment")["spec"]["template"]["metadata"]["annotations"][render.ANNOTATION_TEMPLATE_HASH]
+
+
+def render_children(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> Desired:
+    return Desired(
+        render.render(name, namespace, uid, spec, settings),
+        autoscaling.render_scaled_object(name, namespace, uid, spec, settings.prometheus_url),
+        tuple(policy.violations(spec, settings)),
+    )
+
+
+class Apply(enum.Enum):
+    NONE = "none"
+    GENERATION = "generation"  # the children of a generation not applied yet (runs beside the status write)
+    UNCHANGED = "unchanged"  # a new leader's first look: the live children already are as rendered
+    REAPPLY = "reapply"  # children missing, edited by hand, or held by the rollout budget and a slot freed
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one pass does."""
+
+    key: tuple[str, str]
+    uid: str
+    generation: int | None
+    resource_version: str | None
+    status: dict[str, Any]
+    stored: dict[str, Any]  # what is stored now (the status patch is the difference)
+    patch: bool  # the status changed: write it
+    events: list[status.Event]
+    memory: Memory  # the record as decided (act writes back DECIDED)
+    pod_memory: dict[str, PodMemory] | None = None  # the readback grace to remember; None: unchanged
+    desired: Desired | None = None
+    apply: Apply = Apply.NONE
+    drifted: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # why a REAPPLY
+    write_scaler: bool = False  # the ScaledObject alone
+    finish_rollout: bool = False  # its rollout slot frees
+
+
+def decide(observed: Observed, memory: Memory, now: Now) -> Plan:
+    """The whole outcome of one pass (pure: `memory` is read, never changed; the decided record is in the Plan)."""
+    o = observed
+    (namespace, name), generation = o.key, o.generation
+    previous = memory.last_status or o.stored
+    m = dataclasses.replace(memory, children_seen=set(memory.children_seen))  # decided on a copy
+    if o.unreadable is not None:
+        result = status.unreadable_status(generation=generation, message=o.unreadable, previous=previous, now=now.wall)
+        return _plan(o, memory, m, result.status, previous)
+    if isinstance(o.spec, ValidationError):
+        result = status.invalid_spec_status(
+            name=name,
+            namespace=namespace,
+            generation=generation,
+            message=f"invalid spec: {o.spec}",
+            previous=previous,
+            now=now.wall,
+        )
+        return _plan(o, memory, m, result.status, previous)
+    spec = o.spec
+    desired = render_children(name, namespace, o.uid, spec, o.settings)
+    apply = _generation_apply(o, m, desired, now.tick)
+
+    rendered_hash = desired.template_hash
+    # held back by the rollout budget: the live template is the current one (and not healed meanwhile)
+    held_hash = o.budget.held_hash(rendered_hash)
+    live = o.live
+    drift_paths = {kind: drift.differences(desired.of(kind), live.get(kind)) for kind in live}
+    missing = missing_children(m, [k for k, v in live.items() if v is None], now.tick)
+    readings, pod_memory = memory.readback.graced(o.pods, o.reports, now.wall)
+    deployed = live.get("Deployment")
+    st = status.compute(
+        name=name,
+        namespace=namespace,
+        generation=generation,
+        spec=spec,
+        pods=o.pods,
+        readings=readings,
+        previous=previous,
+        desired_hash=held_hash or rendered_hash,
+        now=now.wall,
+        deployment={"conditions": deployed["status"]["conditions"]} if deployed else None,
+        apply_error=m.apply_error,
+        mount_failures=o.mount_failures,
+        missing_children=missing,
+        desired_template=None if held_hash else desired.of("Deployment")["spec"]["template"],
+    ).status
+    scaling, write_scaler = _scaler(o, m, desired, now.tick)
+    scaling = autoscaling.metric_check(scaling, spec, st)
+    stamp = status.timestamp(now.wall)
+    autoscaling_io.apply_to_status(st, scaling, previous=previous, generation=generation, now=stamp)
+    if (applied_defaults := resourcedefaults.defaults(spec, o.settings).status()) is not None:
+        st["resourceDefaults"] = applied_defaults
+    live_hash = ((deployed or {}).get("metadata", {}).get("annotations") or {}).get(render.ANNOTATION_TEMPLATE_HASH)
+    finish = o.budget.granted and live_hash == rendered_hash and rolloutbudget.rollout_done(st, spec.replicas)
+    # a finished rollout frees its slot: it holds none any more (and a granted one is never held)
+    if not finish and (rollout := o.budget.status) is not None:
+        st["rollout"] = rollout
+
+    drifted = {kind: paths for kind, paths in drift_paths.items() if paths}
+    if held_hash and deployed is not None:
+        drifted.pop("Deployment", None)  # left on its template until a slot frees
+    missing_now = any(live.get(k) is None for k in drifted)
+    # a live child that differs from what this very generation rendered and applied: edited by hand (a newer spec
+    # is the generation apply's, not a revert)
+    edited = any(live.get(k) is not None for k in drifted) and m.applied_generation == generation
+    slot_freed = bool(held_hash) and o.budget.free
+    # a refusal of this very spec (NameConflict, a webhook, a quota) is retried slowly; a changed spec at once
+    refused = m.apply_error is not None and m.apply_error.generation == generation
+    after = REFUSED_RETRY_S if refused else MISSING_REAPPLY_AFTER_S
+    if apply is not Apply.GENERATION and (  # `live` was read before the generation's apply: not drift
+        (missing_now and reapply_due(m, True, now.tick, after, generation))
+        or (edited and revert_due(m, now.tick, REAPPLY_AFTER_S))
+        or (slot_freed and reapply_due(m, True, now.tick, REAPPLY_AFTER_S, generation))
+    ):
+        apply = Apply.REAPPLY
+        if slot_freed:
+            drifted["Deployment"] = ["held: a rollout slot freed"]
+    return _plan(
+        o,
+        memory,
+        m,
+        st,
+        previous,
+        pod_memory=pod_memory,
+        desired=desired,
+        apply=apply,
+        drifted=drifted,
+        write_scaler=write_scaler and apply in (Apply.NONE, Apply.UNCHANGED),  # an apply writes it anyway
+        finish_rollout=finish,
+    )
+
+
+def _plan(o: Observed, memory: Memory, m: Memory, st: dict[str, Any], previous: Mapping[str, Any], **kw: Any) -> Plan:
+    meta = o.snapshot["metadata"]
+    return Plan(
+        key=o.key,
+        uid=o.uid,
+        generation=o.generation,
+        resource_version=meta.get("resourceVersion"),
+        status=st,
+        stored=o.stored,
+        patch=needs_patch(st, o.stored, memory.last_status),
+        # the Events of the whole status's transitions, chosen once it is complete
+        events=status.events_for(previous, st),
+        memory=m,
+        **kw,
+    )
+
+
+def children_current(o: Observed, desired: Desired) -> bool:
+    """Whether the live children are exactly what `desired` renders, so that re-applying them would change nothing
+    (2 GETs and 2 applies per object saved on a takeover). Only for the plain case: a Deployment and a Service,
+    both ours and without drift, allowed by policy, no autoscaler, no NetworkPolicy handling; anything else takes
+    the full apply."""
+    spec = o.spec
+    if o.settings.network_policies or desired.denied or (isinstance(spec, api.LLMServingSpec) and spec.autoscaling):
+        return False
+    if sorted(obj["kind"] for obj in desired.objects) != ["Deployment", "Service"]:
+        return False
+    for obj in desired.objects:
+        live = o.live.get(obj["kind"])
+        if live is None or drift.differences(obj, live):
+            return False
+    return True
+
+
+def _generation_apply(o: Observed, m: Memory, desired: Desired, tick: float) -> Apply:
+    """The pass's apply of a generation (what kopf's create, update and resume handlers once did): once per
+    generation this leader has not applied yet. A new leader (nothing attempted yet) first checks whether the live
+    children are already as rendered: then nothing is written. A failed apply is retried after REFUSED_RETRY_S
+    (refused) or APPLY_RETRY_S (anything else); a newer generation at once. Records the attempt in `m`."""
+    generation = o.generation
+    if generation is None:  # never from the apiserver (it stores one for every object): nothing to track by
+        return Apply.NONE
+    if not generation_apply_due(m, generation, tick, REFUSED_RETRY_S, APPLY_RETRY_S):
+        return Apply.NONE
+    if m.attempted_generation is None and children_current(o, desired):
+        m.attempted_generation = m.applied_generation = generation
+        m.applied_at, m.apply_error = tick, None
+        return Apply.UNCHANGED
+    m.attempted_generation = generation
+    return Apply.GENERATION
+
+
+def _scaler(o: Observed, m: Memory, desired: Desired, tick: float) -> tuple[autoscaling.AutoscalingState | None, bool]:
+    """status.autoscaling's state (None: KEDA could not be read this pass, the last status stands) and whether the
+    ScaledObject is written: missing (KEDA installed later, or deleted by hand; a refusal retried every
+    REFUSED_RETRY_S) or edited by hand (at once, then at most every REAPPLY_AFTER_S). Records in `m`."""
+    spec = o.spec
+    assert isinstance(spec, api.LLMServingSpec)
+    if spec.autoscaling is None:
+        return autoscaling.AutoscalingState(None, None), False
+    seen = o.scaler
+    if seen is None:
+        return None, False
+    write = False
+    if seen.installed:
+        if seen.problem is not None:
+            m.scaler_error = seen.problem  # not readable, or not ours: kept until a write goes through
+        elif seen.scaled_object is None:
+            refused_at = m.scaler_refused_at
+            write = refused_at is None or tick - refused_at >= autoscaling_io.REFUSED_RETRY_S
+        elif (
+            desired.scaled_object is not None
+            and drift.differences(desired.scaled_object, seen.scaled_object)
+            and tick - (m.scaler_reverted_at if m.scaler_reverted_at is not None else -1e9)
+            > autoscaling_io.REAPPLY_AFTER_S
+        ):
+            m.scaler_reverted_at = tick
+            write = True
+    state = autoscaling.autoscaling_status(
+        spec,
+        keda_installed=seen.installed,
+        scaled_object=seen.scaled_object,
+        hpa=seen.hpa,
+        apply_error=m.scaler_error,
+    )
+    return state, write

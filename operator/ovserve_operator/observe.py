@@ -1,0 +1,142 @@
+"""Observe: the first step of a sync pass. Everything one LLMServing's status and children are decided from, read
+from the controller's caches and, where no cache can hold it, from the pods and the apiserver: the runtime
+reports (GET /v1/status of each pod), the mount-failure Events of pods stuck creating, KEDA's ScaledObject and
+HPA. Nothing is written anywhere; the only state touched is the read throttle of pod Events (at most one LIST
+per pod every EVENTS_EVERY_S), which is observe's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from . import autoscaling_io, ownership, podview, readback, rolloutbudget
+from . import spec as api
+from .kube import error_status, error_text
+from .memory import Memory
+from .settings import Settings
+from .statusqueue import stored_status
+
+if TYPE_CHECKING:
+    from .controller import Controller
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, name)
+EVENTS_EVERY_S = 10.0  # a creating pod's Events are read at most this often
+CHILDREN = ("Deployment", "Service")  # the children whose live object is compared with the render
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """One LLMServing and what runs for it, as read at the start of a pass."""
+
+    snapshot: Mapping[str, Any]  # the cached LLMServing
+    settings: Settings
+    spec: api.LLMServingSpec | ValidationError
+    stored: dict[str, Any]  # its status as the apiserver stores it, as far as is known (statusqueue.stored_status)
+    unreadable: str | None = None  # why its namespace's children cannot be read (cache.ListGate), else None
+    pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    live: dict[str, dict[str, Any] | None] = dataclasses.field(default_factory=dict)  # kind -> ours, or None
+    reports: dict[str, readback.Reading] = dataclasses.field(default_factory=dict)  # pod name -> raw reading
+    mount_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> kubelet message
+    scaler: autoscaling_io.Seen | None = None  # None: not read (autoscaling off, or the read failed)
+    budget: rolloutbudget.View = dataclasses.field(default_factory=rolloutbudget.View)
+
+    @property
+    def key(self) -> Key:
+        meta = self.snapshot["metadata"]
+        return meta["namespace"], meta["name"]
+
+    @property
+    def uid(self) -> str:
+        return self.snapshot["metadata"].get("uid") or ""
+
+    @property
+    def generation(self) -> int | None:
+        return self.snapshot["metadata"].get("generation")
+
+
+def ours(snapshots: Any, uid: str) -> dict[str, Any] | None:
+    """Of a key's cached children of one kind, the one controlled by the LLMServing of `uid` (the one ownership
+    check, ownership.conflict, that every child's write also passes)."""
+    for snap in list(snapshots or []):
+        if ownership.conflict(snap, uid) is None:
+            return snap
+    return None
+
+
+def parse(snapshot: Mapping[str, Any]) -> api.LLMServingSpec | ValidationError:
+    try:
+        return api.parse_spec(dict(snapshot.get("spec") or {}))
+    except ValidationError as e:
+        return e
+
+
+async def observe(ctl: Controller, snapshot: Mapping[str, Any], memory: Memory) -> Observed:
+    """Read what one pass decides from (reads only)."""
+    meta = snapshot["metadata"]
+    key, uid = (meta["namespace"], meta["name"]), meta.get("uid") or ""
+    stored = stored_status(snapshot, memory)
+    typed = parse(snapshot)
+    if why := ctl.gate.unreadable(key[0]):  # nothing computed from a cache that cannot refresh
+        return Observed(snapshot, ctl.settings, typed, stored, unreadable=why)
+    if isinstance(typed, ValidationError):
+        return Observed(snapshot, ctl.settings, typed, stored)
+    pods = list(ctl.pods.get(key, []))
+    live = {kind: ours(ctl.cache_of(kind).get(key, []), uid) for kind in CHILDREN}
+    budget = ctl.memories.budget.view(key)
+    reports = await readback.read_reports(pods, timeout=ctl.settings.status_http_timeout_s)
+    mounts = await mount_failures(ctl, memory, key[0], pods)
+    scaler = None
+    if typed.autoscaling is not None:
+        try:
+            scaler = await ctl.call(ctl.io_pool, autoscaling_io.read, ctl.kube, ctl.keda, key[1], key[0], uid)
+        except Exception as e:
+            log.warning("%s/%s: reading the autoscaler failed: %s", *key, error_text(e))
+    return Observed(
+        snapshot,
+        ctl.settings,
+        typed,
+        stored,
+        pods=pods,
+        live=live,
+        reports=reports,
+        mount_failures=mounts,
+        scaler=scaler,
+        budget=budget,
+    )
+
+
+async def mount_failures(ctl: Controller, memory: Memory, namespace: str, pods: list[dict[str, Any]]) -> dict[str, str]:
+    """pod name -> the kubelet's latest volume failure, for pods stuck before their containers start
+    (a missing hostPath shows nowhere else). Each such pod's Events are read at most every 10 s."""
+    now = time.monotonic()
+    creating = [p for p in pods if podview.is_creating(p)]
+    names = {podview.name(p) for p in creating}
+    memory.mount_failures = {k: v for k, v in memory.mount_failures.items() if k in names}
+    memory.events_read_at = {k: v for k, v in memory.events_read_at.items() if k in {podview.uid(p) for p in creating}}
+    if ctl.events_forbidden:
+        return dict(memory.mount_failures)
+    for pod in creating:
+        uid = podview.uid(pod)
+        if now - memory.events_read_at.get(uid, -1e9) < EVENTS_EVERY_S:
+            continue
+        memory.events_read_at[uid] = now
+        try:
+            events = await ctl.call(ctl.io_pool, ctl.kube.list_pod_events, namespace, podview.name(pod))
+        except Exception as e:
+            if error_status(e) == 403:
+                ctl.events_forbidden = True
+                log.warning("cannot list pod events (%s): missing volumes show as ContainerCreating", error_text(e))
+                break
+            log.warning("%s: listing pod events failed: %s", podview.name(pod), error_text(e))
+            continue
+        if (msg := podview.mount_failure(events)) is not None:
+            memory.mount_failures[podview.name(pod)] = msg
+    return dict(memory.mount_failures)
