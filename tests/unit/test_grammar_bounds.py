@@ -35,6 +35,47 @@ def int_prop(**bounds) -> dict:
     return {"type": "object", "properties": {"n": {"type": "integer", **bounds}}, "required": ["n"]}
 
 
+def test_expanded_bytes_writes_counted_repetitions_out():
+    for regex, size in [
+        ("abc", 3),
+        ("(abc){3}", 15),  # the group with its parentheses, three times
+        ("((a){10}){10}", 320),  # nested counts multiply
+        ("[a-z]{5}", 20),  # a class weighs 4 whatever its text
+        ('[^"\\\\x00-\\x1F]{2}', 8),
+        ("\\d{3}", 3),
+        ("a{2,}", 3),  # n + 1 copies
+        ("(a|b){2,4}", 20),
+        ("a*b+c?", 6),
+    ]:
+        assert grammar.expanded_bytes(regex) == size, regex
+
+
+def test_a_small_regex_of_small_counts_that_expands_large_is_refused():
+    """Fuzz finding (issue 38): a 1.1 KB forced-call schema (an array of 287 to 1,873 items, each an enum of
+    long literals) passed every bound, and XGrammar's compile of its 1 MB expansion stalled the engine ~10 s."""
+    values = [f"value-{i}-" + "x" * 20 for i in range(40)]
+    schema = {"type": "array", "items": {"enum": values}, "minItems": 287, "maxItems": 1873}
+    with pytest.raises(GrammarError, match="once its counts"):
+        build_job(GrammarJob(kind="schema", param="response_format", schema_=schema), Limits())
+    forced = GrammarJob(kind="forced", param="tools", parser="hermes", functions=(("f", schema),))
+    with pytest.raises(GrammarError, match="once its counts"):
+        build_job(forced, Limits())
+    # what clients send stays in: a long string, a list of a few dozen small objects
+    ok = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "maxLength": 3000},
+            "items": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+                "maxItems": 32,
+            },
+        },
+        "required": ["text", "items"],
+    }
+    build_job(GrammarJob(kind="schema", param="response_format", schema_=ok), Limits())
+
+
 @pytest.mark.parametrize(
     ("schema", "says"),
     [

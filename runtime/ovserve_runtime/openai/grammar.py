@@ -49,6 +49,7 @@ MAX_BOUND_DIGITS = 30  # a number bound beyond 10^30 is refused (a digit-range r
 _NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _COUNT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
 _PATTERN_SIBLINGS = {"type", "pattern", "description", "title", "default", "examples"}
+_CLASS_BYTES = 4  # what a character class weighs in expanded_bytes
 _REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 _REGEX_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
 _LITERAL_PLACEHOLDER = "ovservelit{}x"
@@ -77,6 +78,11 @@ class Limits(BaseModel):
     max_depth: int = 32  # nesting of the schema's objects and arrays
     max_expanded_nodes: int = 20_000  # schema nodes once every $ref is expanded (a recursive one once per path)
     max_repeat: int = 4096  # repetition counts ({n,m}, maxLength, maxItems): each, and all of them added up
+    # the regex with its counted repetitions written out (expanded_bytes): what XGrammar compiles. Measured in
+    # openvino-genai 2026.4.1 on one core: a JSON string of maxLength 4096 expands to 48 KiB, 0.07 s; an
+    # alternation of 40 literals repeated 200 times to 79 KiB, 0.27 s; the fuzz finding's 0.9 MiB, 3 s (10 s in
+    # a runtime under load)
+    max_expanded_bytes: int = 64 * 1024
 
 
 class GrammarJob(BaseModel):
@@ -192,7 +198,8 @@ def schema_regex(schema: dict[str, Any], limits: Limits | None = None) -> str:
 
 
 def check_regex(regex: str, limits: Limits) -> None:
-    """The produced regex within the limits: its size, and its repetition counts added up. Both drive the time
+    """The produced regex within the limits: its size, its repetition counts added up, and its size with the counts
+    written out (expanded_bytes). All three drive the time
     XGrammar takes to compile it, inside openvino-genai on the engine's thread (docs/runtime.md: measured)."""
     size = len(regex.encode())
     if size > limits.max_regex_bytes:
@@ -200,7 +207,7 @@ def check_regex(regex: str, limits: Limits) -> None:
             f"the schema expands to a grammar of {size} bytes, more than the limit of {limits.max_regex_bytes} "
             "(optional properties and $ref multiply it: make properties required, or flatten the schema)"
         )
-    # XGrammar expands counted repetitions: their sum, not the regex's bytes, drives its compile time
+    # XGrammar expands counted repetitions: their sum drives its compile time too (small items, many counts)
     total = 0
     for m in _REPEAT.finditer(regex):
         total += int(m.group(2) or m.group(1))
@@ -209,6 +216,53 @@ def check_regex(regex: str, limits: Limits) -> None:
                 f"the schema's repetition counts (maxLength, maxItems, {{n,m}} in patterns) add up to more than "
                 f"{limits.max_repeat}"
             )
+    expanded = expanded_bytes(regex)
+    if expanded > limits.max_expanded_bytes:
+        raise GrammarError(
+            f"the schema expands to a grammar of {expanded} bytes once its counts (maxItems, maxLength, {{n,m}}) "
+            f"are written out, more than the limit of {limits.max_expanded_bytes} (lower maxItems or maxLength, "
+            "or repeat a smaller item)"
+        )
+
+
+def expanded_bytes(regex: str) -> int:
+    """The size of `regex` with every counted repetition written out: `(abc){3}` counts as `(abc)(abc)(abc)`,
+    nested counts multiply. XGrammar expands counted repetitions into copies of what they repeat, so this, not
+    the regex's length nor the counts alone, is what its compile time follows: a 1 KB alternation repeated
+    {286,1872} is a small regex with small counts that stalled the engine for 10 s (fuzz finding, issue 38).
+    A character class weighs _CLASS_BYTES whatever its text, an escape one; `{n,}` counts n + 1 copies; `*`,
+    `+` and `?` add none."""
+    stack: list[list[int]] = [[]]  # per open group: the sizes of its elements so far
+    i, n = 0, len(regex)
+    while i < n:
+        c = regex[i]
+        if c == "\\":  # an escaped character is one
+            stack[-1].append(1)
+            i += 2
+            continue
+        if c == "[":  # a class is one node of the automaton however long its text (a few edges)
+            j = i + 1
+            while j < n and regex[j] != "]":
+                j += 2 if regex[j] == "\\" else 1
+            stack[-1].append(_CLASS_BYTES)
+            i = j + 1
+            continue
+        if c == "(":
+            stack.append([])
+        elif c == ")" and len(stack) > 1:
+            inner = stack.pop()
+            stack[-1].append(sum(inner) + 2)
+        elif c == "{" and (m := _REPEAT.match(regex, i)):
+            lo, hi = int(m.group(1)), m.group(2)
+            copies = int(hi) if hi else lo + 1 if hi is not None else lo
+            if stack[-1]:
+                stack[-1][-1] *= max(copies, 1)
+            i = m.end()
+            continue
+        else:
+            stack[-1].append(1)
+        i += 1
+    return sum(sum(frame) for frame in stack)
 
 
 def check_schema(schema: Any, limits: Limits) -> None:
