@@ -5,7 +5,9 @@ a raw ContinuousBatchingPipeline (benchmarks/runtime_bench.py's RawCB loop: N re
 ignore_eos, --max-tokens each), so that one setting's allocations do not stay for the next; the settings run
 in rounds (--rounds), each round in the same order, and the table shows each setting's median over rounds,
 so that load from other work on the machine hits every setting alike. Printed per setting: tok/s and TTFT p50
-per stream count, the ratio to the first setting (the runtime's AUTO), RSS after load and at the end, what
+per stream count, the ratio to the first setting (the runtime's AUTO), CPU milliseconds per generated token
+(the child's user + system time: steadier than throughput when other work shares the cores, and what
+throughput follows on a machine whose cores are all busy), RSS after load and at the end, what
 the plugin resolved (inference precision, KV-cache precision as openvino-genai allocated it), and how far its
 greedy tokens stray from the f32 reference on a fixed prompt set (--quality-prompts prompts, the tokens
 generated with the reference and with the setting compared position by position: the share of prompts whose
@@ -103,7 +105,8 @@ def child(model: str, props: dict, sched: dict, streams: list[int], max_new: int
     runs = {}
     for n in streams:
         r = raw.run(n, max_new)
-        runs[n] = {"tok_s": r.tok_s, "ttft_p50": pct(r.ttfts, 50), "tpot_p50": pct(r.tpots, 50)}
+        cpu_ms = 1000 * r.cpu["raw"] / max(r.tokens, 1)
+        runs[n] = {"tok_s": r.tok_s, "ttft_p50": pct(r.ttfts, 50), "tpot_p50": pct(r.tpots, 50), "cpu_ms_tok": cpu_ms}
     m = raw.pipe.get_metrics()
     cache_bytes = getattr(m, "cache_size_in_bytes", None)
     return {
@@ -195,10 +198,12 @@ def main() -> None:
         return statistics.median(xs) if xs else float("nan")
 
     head = " | ".join(f"{s} str tok/s (x{base})" for s in streams)
+    cpu_head = "/".join(map(str, streams))
     print(
-        f"\n| setting | {head} | TTFT p50 s @{'/'.join(map(str, streams))} | RSS load/end MiB | same greedy / prefix |"
+        f"\n| setting | {head} | CPU ms/token @{cpu_head} (x{base}) | TTFT p50 s @{cpu_head} | RSS load/end MiB "
+        "| same greedy / prefix |"
     )
-    print("|---" * (len(streams) + 4) + "|")
+    print("|---" * (len(streams) + 5) + "|")
     for n in names:
         if not results[n]:
             print(f"| {n} | failed |")
@@ -208,10 +213,12 @@ def main() -> None:
             v, b = med(n, s, "tok_s"), med(base, s, "tok_s")
             cells.append(f"{v:.1f} (x{v / b:.2f})")
         ttft = "/".join(f"{med(n, s, 'ttft_p50'):.2f}" for s in streams)
+        cpu = "/".join(f"{med(n, s, 'cpu_ms_tok'):.1f}" for s in streams)
+        cpu += " (x" + "/".join(f"{med(n, s, 'cpu_ms_tok') / med(base, s, 'cpu_ms_tok'):.2f}" for s in streams) + ")"
         x = results[n][0]
         same, prefix = divergence(ref, x["quality"])
         print(
-            f"| {n} | {' | '.join(cells)} | {ttft} | {x['rss_load_mib']:.0f}/{x['rss_end_mib']:.0f} | "
+            f"| {n} | {' | '.join(cells)} | {cpu} | {ttft} | {x['rss_load_mib']:.0f}/{x['rss_end_mib']:.0f} | "
             f"{same:.2f} / {prefix:.1f} |"
         )
     if a.json_out:

@@ -671,6 +671,8 @@ class Figures:
     not_json_4xx: int = 0
     invalid_structured: int = 0  # a response_format answer that finished ("stop") with content that is not JSON
     restarts: int = 0
+    recycles: int = 0  # planned: the engine memory guard drained the runtime and it exited 0 (memguard.py)
+    recycle_answers: int = 0  # 503 server_shutting_down, or no connection, while a recycle ran
     engine_changes: int = 0
     liveness_failures: int = 0
     baseline: Steady = field(default_factory=Steady)
@@ -768,6 +770,8 @@ class Target:
     url: str
     pid: int | None
     restart: Callable[[], int] | None = None
+    recycled: Callable[[], bool] | None = None  # did the process that ended exit 0 after the memory guard?
+    down: float | None = None  # when a recycle was seen, until the runtime is back (+ a grace)
 
 
 @dataclass
@@ -847,6 +851,11 @@ class Driver:
         f.statuses[status] += 1
         f.kinds[p.kind.split("/")[0] + ("/" + p.kind.split("/")[1].split("_")[0] if "/" in p.kind else "")] += 1
         f.slowest = sorted([*f.slowest, (dt, p.kind, p.path, status)], reverse=True)[:8]
+        if self.t.down is not None and (
+            status == "connection" or (status == 503 and b"server_shutting_down" in answer)
+        ):
+            f.recycle_answers += 1  # a planned recycle's drain and restart, not a fault
+            return
         bad = isinstance(status, str) or status >= 500
         if isinstance(status, int) and 400 <= status < 500:
             try:
@@ -892,8 +901,14 @@ class Driver:
             while not stop.is_set():
                 await asyncio.sleep(1)
                 alive = running(self.t.pid)
+                if self.t.down is not None and time.monotonic() > self.t.down:
+                    self.t.down = None
                 if self.t.pid is not None and not alive:
-                    self.fig.restarts += 1
+                    if self.t.recycled is not None and self.t.recycled():
+                        self.fig.recycles += 1
+                        self.t.down = float("inf")
+                    else:
+                        self.fig.restarts += 1
                     if self.t.restart is None:
                         stop.set()  # not ours to start again: the run ends here
                         return
@@ -904,6 +919,8 @@ class Driver:
                         stop.set()
                         return
                     self.engine = engine_child(self.t.pid)
+                    if self.t.down is not None:
+                        self.t.down = time.monotonic() + 5  # answers already in flight
                 child = engine_child(self.t.pid)
                 if self.engine is not None and child != self.engine:
                     self.fig.engine_changes += 1
@@ -1011,6 +1028,8 @@ def report(f: Figures, cfg: Config) -> str:
         f"invalid JSON: {f.invalid_structured}",
         f"runtime restarts: {f.restarts}  engine child changes: {f.engine_changes}  liveness failures (1/s polls): "
         f"{f.liveness_failures}",
+        f"planned recycles (engine memory guard: drained, exit 0): {f.recycles}, answered 503 shutting down or not "
+        f"connected meanwhile: {f.recycle_answers}",
     ]
     for label, s in (("without the fuzzer", f.baseline), ("under the fuzzer", f.under_fuzz)):
         lines.append(
@@ -1147,7 +1166,7 @@ def main() -> int:
                 raise RuntimeError(str(exc)) from None
             return procs[-1].pid
 
-        target = Target(url, restart(), restart)
+        target = Target(url, restart(), restart, recycled=lambda: procs[-1].poll() == 0)
         print(f"runtime: {model} on {url} (log {log})")
     try:
         fig = fuzz(target, cfg)

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import decisions, isa, tuning
+from . import decisions, isa, memguard, tuning
 from .flags import RuntimeFlags, add_arguments, from_sources
 from .openai import assistant, thinking
 from .report import (
@@ -245,13 +245,44 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         "decisions: %s",
         "; ".join(f"{k}={d.value} ({d.source.value})" for k, d in record.items()),
     )
+    guard_task = _start_memory_guard(args, engine, stop) if not engine.in_process else None
     await stop_task
+    if guard_task is not None:
+        guard_task.cancel()
     if exit_code == 0:  # SIGTERM: drain (drain.py); after a fatal error every request is already answered
         await app.drain.run(lambda: runner.server.connections if runner.server else [])
     log.info("shutting down")
     await runner.cleanup()
     engine.stop()
     return exit_code, app.report
+
+
+GUARD_PERIOD_S = 5.0
+
+
+def _start_memory_guard(args: RuntimeFlags, engine, stop: asyncio.Event) -> asyncio.Task | None:
+    """Watch the engine process's growth (memguard.py); past the budget, recycle as on SIGTERM."""
+    proc = getattr(engine, "proc", None)
+    if not args.engine_memory_growth_bytes or proc is None or proc.pid is None:
+        return None
+    pid = proc.pid
+    guard = memguard.Guard(args.engine_memory_growth_bytes)
+    engine_rss = memguard.rss_bytes(pid)
+    own = memguard.rss_bytes(os.getpid())
+    pod = engine_rss + own if engine_rss is not None and own is not None else None
+    guard.start(engine_rss, engine.cache_bytes(), pod, memguard.cgroup_limit())
+    log.info("engine memory guard: %d MiB of growth allowed", guard.budget >> 20)
+
+    async def watch() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(GUARD_PERIOD_S)
+            why = guard.check(memguard.rss_bytes(pid), engine.cache_bytes())
+            if why:
+                log.warning("%s", why)
+                stop.set()
+                return
+
+    return asyncio.ensure_future(watch())
 
 
 def plugin_properties(args: RuntimeFlags) -> dict:

@@ -242,6 +242,17 @@ class RuntimeFlags(BaseModel):
         le=86400,
         allow_inf_nan=False,
     )
+    engine_memory_growth_bytes: int = _flag(
+        1 << 30,
+        Group.SERVER,
+        "BYTES",
+        "the engine process may grow this much beyond its memory at ready, its KV cache's growth aside (capped at "
+        "0.8 of what the container's memory limit leaves); past it the runtime drains and exits 0 for a restart "
+        "with a fresh engine: openvino-genai keeps every compiled grammar (~25 MB per distinct schema on a "
+        "150k-token vocabulary) for the pipeline's life (docs/runtime.md: Structured outputs); 0 = off",
+        shown="1073741824 (1 GiB)",
+        ge=0,
+    )
     max_images: int = _flag(
         16,
         Group.SERVER,
