@@ -9,6 +9,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from . import pages
+
 log = logging.getLogger("ovserve.engine")
 
 
@@ -105,7 +107,9 @@ def construct_cb(path: str, device: str, sched: SchedulerOptions, props: dict[st
         cfg.dynamic_split_fuse,
         extra,
     )
-    return g.ContinuousBatchingPipeline(path, cfg, device, extra)
+    pipe = g.ContinuousBatchingPipeline(path, cfg, device, extra)
+    pages.warm_then_release(pipe, [path, spec.draft_path if spec is not None and spec.mode == "draft" else ""])
+    return pipe
 
 
 def construct_legacy(path: str, device: str, vlm: bool, props: dict[str, Any]):
