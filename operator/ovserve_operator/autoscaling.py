@@ -5,7 +5,8 @@
   itself, through the scale subresource: KEDA's HPA writes spec.replicas and the operator keeps
   rendering the Deployment from spec.replicas, so the operator never fights the HPA.
 - `autoscaling_status`: status.autoscaling and the Autoscaling condition, from whether KEDA's CRD is
-  served, the ScaledObject and the HPA KEDA made for it (the HPA's conditions carry the last reason).
+  served, the ScaledObject and the HPA KEDA made for it (the HPA's conditions carry the last reason): the
+  condition is decided by AUTOSCALING_CHAIN, an ordered rule chain like rules.py's.
 - `metric_check`: the Autoscaling condition False (MetricNotExported) when the pods resolved to something
   that never moves the chosen metric (KVCacheUsage on an embeddings/rerank model or a legacy pipeline: the
   gauge stays 0 and the serving would never scale out, silently).
@@ -24,8 +25,9 @@ from typing import Any
 
 from ovserve_runtime.report import Task
 
-from . import render
+from . import render, rules
 from . import spec as api
+from .rules import Finding
 
 API_VERSION = "keda.sh/v1alpha1"
 KIND = "ScaledObject"
@@ -129,6 +131,101 @@ def _reason(value: Any, default: str) -> str:
     return value if isinstance(value, str) and _REASON_RE.match(value) else default
 
 
+@dataclasses.dataclass(frozen=True)
+class ScalerFacts:
+    """What the Autoscaling condition is decided from: KEDA served or not, the ScaledObject's refusal, the live
+    ScaledObject and the HPA KEDA made for it."""
+
+    replicas: int  # spec.replicas: what runs without KEDA
+    keda_installed: bool
+    apply_error: str | None
+    scaled_object: Mapping[str, Any] | None
+    hpa: Mapping[str, Any] | None
+
+    @property
+    def so_ready(self) -> Mapping[str, Any]:
+        return _cond(self.scaled_object, "Ready")
+
+    def hpa_cond(self, ctype: str) -> Mapping[str, Any]:
+        return _cond(self.hpa, ctype)
+
+
+def keda_not_installed(s: ScalerFacts) -> Finding | None:
+    if s.keda_installed:
+        return None
+    return KEDA_NOT_INSTALLED, (
+        f"the {API_VERSION} ScaledObject API is not served: install KEDA to autoscale "
+        f"(docs/autoscaling.md); replicas stay at spec.replicas ({s.replicas})"
+    )
+
+
+def scaled_object_refused(s: ScalerFacts) -> Finding | None:
+    return (SCALED_OBJECT_REFUSED, s.apply_error) if s.apply_error else None
+
+
+def scaled_object_absent(s: ScalerFacts) -> Finding | None:
+    return (SCALED_OBJECT_PENDING, "the ScaledObject is not created yet") if s.scaled_object is None else None
+
+
+def scaled_object_not_ready(s: ScalerFacts) -> Finding | None:
+    ready = s.so_ready
+    if ready.get("status") != "False":
+        return None
+    return SCALED_OBJECT_NOT_READY, f"{ready.get('reason', '')}: {ready.get('message', '')}".strip(": ")
+
+
+def keda_not_reporting(s: ScalerFacts) -> Finding | None:
+    return None if s.so_ready else (SCALED_OBJECT_PENDING, "KEDA has not reported on the ScaledObject yet")
+
+
+def hpa_absent(s: ScalerFacts) -> Finding | None:
+    if s.hpa is not None:
+        return None
+    return WAITING_FOR_HPA, f"waiting for KEDA's HPA {hpa_name(_name(s.scaled_object))}"
+
+
+def scaling_inactive(s: ScalerFacts) -> Finding | None:
+    active = s.hpa_cond("ScalingActive")
+    if active.get("status") != "False":
+        return None
+    return _reason(active.get("reason"), "ScalingInactive"), active.get("message", "")
+
+
+def hpa_not_computed(s: ScalerFacts) -> Finding | None:
+    return None if s.hpa_cond("AbleToScale") else (WAITING_FOR_HPA, "the HPA has not computed a scale yet")
+
+
+def _able(s: ScalerFacts) -> Finding:
+    able, limited = s.hpa_cond("AbleToScale"), s.hpa_cond("ScalingLimited")
+    msg = able.get("message", "")
+    if limited.get("status") == "True":
+        msg = f"{msg}; {limited.get('message', '')}".strip("; ")
+    return _reason(able.get("reason"), "AbleToScale"), msg
+
+
+def able_to_scale(s: ScalerFacts) -> Finding | None:
+    return _able(s) if s.hpa_cond("AbleToScale").get("status") == "True" else None
+
+
+def unable_to_scale(s: ScalerFacts) -> Finding:
+    return _able(s)
+
+
+# the Autoscaling condition: the first rule that answers decides it (rules.evaluate)
+AUTOSCALING_CHAIN: rules.ChainOf[ScalerFacts] = (
+    (rules.FALSE, keda_not_installed),
+    (rules.FALSE, scaled_object_refused),
+    (rules.UNKNOWN, scaled_object_absent),
+    (rules.FALSE, scaled_object_not_ready),
+    (rules.UNKNOWN, keda_not_reporting),
+    (rules.UNKNOWN, hpa_absent),
+    (rules.FALSE, scaling_inactive),
+    (rules.UNKNOWN, hpa_not_computed),
+    (rules.TRUE, able_to_scale),
+    (rules.FALSE, unable_to_scale),
+)
+
+
 def autoscaling_status(
     spec: api.LLMServingSpec,
     *,
@@ -137,61 +234,35 @@ def autoscaling_status(
     hpa: Mapping[str, Any] | None,
     apply_error: str | None = None,
 ) -> AutoscalingState:
-    """What status says about autoscaling (pure)."""
+    """What status says about autoscaling (pure): the Autoscaling condition from AUTOSCALING_CHAIN."""
     a = spec.autoscaling
     if a is None:
         return AutoscalingState(None, None)
-    desired = current = last_scale = None
-    if not keda_installed:
-        cond = (
-            "False",
-            KEDA_NOT_INSTALLED,
-            f"the {API_VERSION} ScaledObject API is not served: install KEDA to autoscale "
-            f"(docs/autoscaling.md); replicas stay at spec.replicas ({spec.replicas})",
-        )
-    elif apply_error:
-        cond = ("False", SCALED_OBJECT_REFUSED, apply_error)
-    elif scaled_object is None:
-        cond = ("Unknown", SCALED_OBJECT_PENDING, "the ScaledObject is not created yet")
-    else:
-        so_ready = _cond(scaled_object, "Ready")
-        if so_ready.get("status") == "False":
-            cond = (
-                "False",
-                SCALED_OBJECT_NOT_READY,
-                f"{so_ready.get('reason', '')}: {so_ready.get('message', '')}".strip(": "),
-            )
-        elif not so_ready:
-            cond = ("Unknown", SCALED_OBJECT_PENDING, "KEDA has not reported on the ScaledObject yet")
-        elif hpa is None:
-            cond = ("Unknown", WAITING_FOR_HPA, f"waiting for KEDA's HPA {hpa_name(_name(scaled_object))}")
-        else:
-            st = hpa.get("status") or {}
-            desired, current = st.get("desiredReplicas"), st.get("currentReplicas")
-            last_scale = st.get("lastScaleTime")
-            active, able, limited = (_cond(hpa, t) for t in ("ScalingActive", "AbleToScale", "ScalingLimited"))
-            if active.get("status") == "False":
-                cond = ("False", _reason(active.get("reason"), "ScalingInactive"), active.get("message", ""))
-            elif not able:
-                cond = ("Unknown", WAITING_FOR_HPA, "the HPA has not computed a scale yet")
-            else:
-                msg = able.get("message", "")
-                if limited.get("status") == "True":
-                    msg = f"{msg}; {limited.get('message', '')}".strip("; ")
-                ok = "True" if able.get("status") == "True" else "False"
-                cond = (ok, _reason(able.get("reason"), "AbleToScale"), msg)
+    facts = ScalerFacts(spec.replicas, keda_installed, apply_error, scaled_object, hpa)
+    status, reason, message = rules.evaluate(AUTOSCALING_CHAIN, facts)
+    cond = (status.value, reason, message)
+    # the HPA's figures, once the chain got as far as reading it
+    st = ((hpa or {}).get("status") or {}) if _reaches_hpa(facts) else {}
     block = {
         "scaledObject": _name(scaled_object) if scaled_object is not None else None,
         "minReplicas": a.minReplicas,
         "maxReplicas": a.maxReplicas,
-        "desiredReplicas": desired,
-        "currentReplicas": current,
-        "lastScaleTime": last_scale,
+        "desiredReplicas": st.get("desiredReplicas"),
+        "currentReplicas": st.get("currentReplicas"),
+        "lastScaleTime": st.get("lastScaleTime"),
         "reason": cond[1],
         "message": cond[2][:4096],
         "display": f"{a.minReplicas}-{a.maxReplicas} {cond[1]}",
     }
     return AutoscalingState({k: v for k, v in block.items() if v is not None}, cond)
+
+
+def _reaches_hpa(s: ScalerFacts) -> bool:
+    """The chain got past the ScaledObject to the HPA's own conditions."""
+    ready = s.so_ready
+    return (
+        s.keda_installed and not s.apply_error and bool(ready) and ready.get("status") != "False" and s.hpa is not None
+    )
 
 
 def metric_unavailable(spec: api.LLMServingSpec, status: Mapping[str, Any]) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from ovserve_runtime.report import CB_PIPELINES, RuntimeReport, State
 
@@ -24,8 +25,10 @@ from .podview import InitPhase, InitState
 from .render import DRAFT_VOLUME
 
 Finding = tuple[str, str]  # (reason, message)
+T = TypeVar("T")
+ChainOf = tuple[tuple[api.ConditionStatus, Callable[[T], Finding | None]], ...]  # rules over facts of type T
 Rule = Callable[["Facts"], Finding | None]
-Chain = tuple[tuple[api.ConditionStatus, Rule], ...]
+Chain = ChainOf["Facts"]
 
 TRUE, FALSE, UNKNOWN = api.ConditionStatus.TRUE, api.ConditionStatus.FALSE, api.ConditionStatus.UNKNOWN
 
@@ -486,6 +489,28 @@ FALLBACK_CHAIN: Chain = (
     (UNKNOWN, fallback_unknown),
 )
 
+# --------------------------------------------------------------------------- Speculative (with spec.speculative)
+# decided from status.speculative (status.speculative_status: what the current pods told)
+
+
+def speculative_unsaid(sp: api.SpeculativeStatus) -> Finding | None:
+    return (R.LOADING_REASON, "no pod of this spec has said yet") if sp.resolved is None else None
+
+
+def speculative_fell_back(sp: api.SpeculativeStatus) -> Finding | None:
+    return (sp.reason, sp.message or "") if sp.fallback else None
+
+
+def speculative_runs(sp: api.SpeculativeStatus) -> Finding:
+    return sp.reason, f"{sp.resolved} runs"
+
+
+SPECULATIVE_CHAIN: ChainOf[api.SpeculativeStatus] = (
+    (UNKNOWN, speculative_unsaid),
+    (FALSE, speculative_fell_back),
+    (TRUE, speculative_runs),
+)
+
 READY, PIPELINE_RESOLVED, FALLBACK = "Ready", "PipelineResolved", "Fallback"  # condition types
 
 CHAINS: dict[str, Chain] = {  # in this order in status.conditions
@@ -495,7 +520,7 @@ CHAINS: dict[str, Chain] = {  # in this order in status.conditions
 }
 
 
-def evaluate(chain: Chain, facts: Facts) -> tuple[api.ConditionStatus, str, str]:
+def evaluate(chain: ChainOf[T], facts: T) -> tuple[api.ConditionStatus, str, str]:
     """(status, reason, message) of the first rule that answers."""
     for status, rule in chain:
         if (found := rule(facts)) is not None:

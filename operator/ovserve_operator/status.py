@@ -21,7 +21,18 @@ from . import drift, podview, render
 from . import reasons as R
 from . import spec as api
 from .readback import Reading
-from .rules import CHAINS, FALLBACK, PIPELINE_RESOLVED, READY, ApplyError, Facts, PodFacts, disagreement, evaluate
+from .rules import (
+    CHAINS,
+    FALLBACK,
+    PIPELINE_RESOLVED,
+    READY,
+    SPECULATIVE_CHAIN,
+    ApplyError,
+    Facts,
+    PodFacts,
+    disagreement,
+    evaluate,
+)
 
 CONDITION_TYPES = tuple(CHAINS)
 
@@ -229,13 +240,8 @@ def speculative_status(f: Facts) -> api.SpeculativeStatus | None:
 
 
 def speculative_condition(sp: api.SpeculativeStatus, f: Facts, stamp: str) -> api.Condition:
-    if sp.resolved is None:
-        status, reason, message = api.ConditionStatus.UNKNOWN, R.LOADING_REASON, "no pod of this spec has said yet"
-    elif sp.fallback:
-        fb_reason = sp.reason if sp.reason != R.PODS_DISAGREE else R.PODS_DISAGREE
-        status, reason, message = api.ConditionStatus.FALSE, fb_reason, sp.message
-    else:
-        status, reason, message = api.ConditionStatus.TRUE, sp.reason, f"{sp.resolved} runs"
+    """The Speculative condition, decided by rules.SPECULATIVE_CHAIN."""
+    status, reason, message = evaluate(SPECULATIVE_CHAIN, sp)
     return api.Condition(
         type=R.SPECULATIVE_CONDITION,
         status=status,
