@@ -4,12 +4,12 @@
   LLMServing's pods (AverageValue: replicas = ceil(sum / target)). Its scale target is the LLMServing
   itself, through the scale subresource: KEDA's HPA writes spec.replicas and the operator keeps
   rendering the Deployment from spec.replicas, so the operator never fights the HPA.
-- `autoscaling_status`: status.autoscaling and the Autoscaling condition, from whether KEDA's CRD is
-  served, the ScaledObject and the HPA KEDA made for it (the HPA's conditions carry the last reason): the
-  condition is decided by AUTOSCALING_CHAIN, an ordered rule chain like rules.py's.
-- `metric_check`: the Autoscaling condition False (MetricNotExported) when the pods resolved to something
-  that never moves the chosen metric (KVCacheUsage on an embeddings/rerank model or a legacy pipeline: the
-  gauge stays 0 and the serving would never scale out, silently).
+- `autoscaling_status`: status.autoscaling and the Autoscaling condition, from what the pods resolved (the
+  computed status), whether KEDA's CRD is served, the ScaledObject and the HPA KEDA made for it (the HPA's
+  conditions carry the last reason): the condition is decided by AUTOSCALING_CHAIN, an ordered rule chain like
+  rules.py's. Its first rule is MetricNotExported: the pods resolved to something that never moves the chosen
+  metric (KVCacheUsage on an embeddings/rerank model or a legacy pipeline: the gauge stays 0 and the serving
+  would never scale out, silently), whatever KEDA says.
 - `merge_condition`: puts the Autoscaling condition into a status' conditions (lastTransitionTime
   changes only when its status does), or removes it when autoscaling is off.
 
@@ -50,7 +50,7 @@ SCALED_OBJECT_REFUSED = "ScaledObjectRefused"  # the apiserver refused the Scale
 SCALED_OBJECT_PENDING = "ScaledObjectPending"  # applied; KEDA has not reported on it yet
 SCALED_OBJECT_NOT_READY = "ScaledObjectNotReady"  # KEDA says the ScaledObject is not ready (its message follows)
 WAITING_FOR_HPA = "WaitingForHPA"  # the ScaledObject is ready; its HPA has not computed a scale yet
-METRIC_NOT_EXPORTED = "MetricNotExported"  # what the pods resolved never moves the metric (metric_check)
+METRIC_NOT_EXPORTED = "MetricNotExported"  # what the pods resolved never moves the metric (metric_unavailable)
 
 _REASON_RE = re.compile(api.REASON_PATTERN)
 
@@ -134,13 +134,14 @@ def _reason(value: Any, default: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class ScalerFacts:
     """What the Autoscaling condition is decided from: KEDA served or not, the ScaledObject's refusal, the live
-    ScaledObject and the HPA KEDA made for it."""
+    ScaledObject and the HPA KEDA made for it; and why the metric cannot move for what the pods resolved."""
 
     replicas: int  # spec.replicas: what runs without KEDA
     keda_installed: bool
     apply_error: str | None
     scaled_object: Mapping[str, Any] | None
     hpa: Mapping[str, Any] | None
+    metric_unavailable: str | None = None  # metric_unavailable(spec, the computed status)
 
     @property
     def so_ready(self) -> Mapping[str, Any]:
@@ -148,6 +149,10 @@ class ScalerFacts:
 
     def hpa_cond(self, ctype: str) -> Mapping[str, Any]:
         return _cond(self.hpa, ctype)
+
+
+def metric_not_exported(s: ScalerFacts) -> Finding | None:
+    return (METRIC_NOT_EXPORTED, s.metric_unavailable) if s.metric_unavailable else None
 
 
 def keda_not_installed(s: ScalerFacts) -> Finding | None:
@@ -213,6 +218,7 @@ def unable_to_scale(s: ScalerFacts) -> Finding:
 
 # the Autoscaling condition: the first rule that answers decides it (rules.evaluate)
 AUTOSCALING_CHAIN: rules.ChainOf[ScalerFacts] = (
+    (rules.FALSE, metric_not_exported),
     (rules.FALSE, keda_not_installed),
     (rules.FALSE, scaled_object_refused),
     (rules.UNKNOWN, scaled_object_absent),
@@ -233,12 +239,15 @@ def autoscaling_status(
     scaled_object: Mapping[str, Any] | None,
     hpa: Mapping[str, Any] | None,
     apply_error: str | None = None,
+    resolved: Mapping[str, Any] | None = None,
 ) -> AutoscalingState:
-    """What status says about autoscaling (pure): the Autoscaling condition from AUTOSCALING_CHAIN."""
+    """What status says about autoscaling (pure): the Autoscaling condition from AUTOSCALING_CHAIN. `resolved`: the
+    status computed from the pods (status.task, status.pipeline), for MetricNotExported."""
     a = spec.autoscaling
     if a is None:
         return AutoscalingState(None, None)
-    facts = ScalerFacts(spec.replicas, keda_installed, apply_error, scaled_object, hpa)
+    unavailable = metric_unavailable(spec, resolved or {})
+    facts = ScalerFacts(spec.replicas, keda_installed, apply_error, scaled_object, hpa, unavailable)
     status, reason, message = rules.evaluate(AUTOSCALING_CHAIN, facts)
     cond = (status.value, reason, message)
     # the HPA's figures, once the chain got as far as reading it
@@ -287,23 +296,6 @@ def metric_unavailable(spec: api.LLMServingSpec, status: Mapping[str, Any]) -> s
             "RunningRequests"
         )
     return None
-
-
-def metric_check(
-    state: AutoscalingState | None, spec: api.LLMServingSpec, status: Mapping[str, Any]
-) -> AutoscalingState | None:
-    """`state` with the Autoscaling condition False, MetricNotExported, when `metric_unavailable` says why."""
-    if state is None or state.status is None or (message := metric_unavailable(spec, status)) is None:
-        return state
-    a = spec.autoscaling
-    assert a is not None  # state.status is set only with spec.autoscaling
-    block = {
-        **state.status,
-        "reason": METRIC_NOT_EXPORTED,
-        "message": message,
-        "display": f"{a.minReplicas}-{a.maxReplicas} {METRIC_NOT_EXPORTED}",
-    }
-    return AutoscalingState(block, ("False", METRIC_NOT_EXPORTED, message))
 
 
 def _name(obj: Mapping[str, Any] | None) -> str:

@@ -157,8 +157,7 @@ def decide(observed: Observed, memory: Memory, now: Now) -> Plan:
         missing_children=missing,
         desired_template=None if held_hash else desired.of("Deployment")["spec"]["template"],
     ).status
-    scaling, write_scaler = _scaler(o, m, desired, now.tick)
-    scaling = autoscaling.metric_check(scaling, spec, st)
+    scaling, write_scaler = _scaler(o, m, desired, st, now.tick)
     stamp = status.timestamp(now.wall)
     autoscaling_io.apply_to_status(st, scaling, previous=previous, generation=generation, now=stamp)
     if (applied_defaults := resourcedefaults.defaults(spec, o.settings).status()) is not None:
@@ -255,10 +254,13 @@ def _generation_apply(o: Observed, m: Memory, desired: Desired, tick: float) -> 
     return Apply.GENERATION
 
 
-def _scaler(o: Observed, m: Memory, desired: Desired, tick: float) -> tuple[autoscaling.AutoscalingState | None, bool]:
+def _scaler(
+    o: Observed, m: Memory, desired: Desired, resolved: Mapping[str, Any], tick: float
+) -> tuple[autoscaling.AutoscalingState | None, bool]:
     """status.autoscaling's state (None: KEDA could not be read this pass, the last status stands) and whether the
     ScaledObject is written: missing (KEDA installed later, or deleted by hand; a refusal retried every
-    REFUSED_RETRY_S) or edited by hand (at once, then at most every REAPPLY_AFTER_S). Records in `m`."""
+    REFUSED_RETRY_S) or edited by hand (at once, then at most every REAPPLY_AFTER_S). Records in `m`. `resolved`:
+    the status computed from the pods (the chain's MetricNotExported rule reads what they resolved)."""
     spec = o.spec
     assert isinstance(spec, api.LLMServingSpec)
     if spec.autoscaling is None:
@@ -287,5 +289,6 @@ def _scaler(o: Observed, m: Memory, desired: Desired, tick: float) -> tuple[auto
         scaled_object=seen.scaled_object,
         hpa=seen.hpa,
         apply_error=m.scaler_error,
+        resolved=resolved,
     )
     return state, write

@@ -367,22 +367,24 @@ _FALLBACK = {"resolved": "LM", "continuousBatching": False, "fallbackReason": "P
     ],
 )
 def test_a_metric_the_resolved_pods_never_move_is_named(metric, task, pipeline, unavailable):
+    """MetricNotExported is the first rule of the Autoscaling chain: it answers whatever KEDA says."""
     spec = _spec(metric=metric, maxReplicas=3, target=50)
     status = {"task": {"resolved": task}, "pipeline": pipeline}
     state = autoscaling.autoscaling_status(spec, keda_installed=True, scaled_object=None, hpa=None)
-    checked = autoscaling.metric_check(state, spec, status)
+    checked = autoscaling.autoscaling_status(spec, keda_installed=True, scaled_object=None, hpa=None, resolved=status)
     if unavailable is None:
-        assert autoscaling.metric_unavailable(spec, status) is None and checked is state
+        assert autoscaling.metric_unavailable(spec, status) is None and checked == state
         return
     assert unavailable in autoscaling.metric_unavailable(spec, status)
     assert checked.condition[:2] == ("False", "MetricNotExported") and unavailable in checked.condition[2]
     assert checked.status["reason"] == "MetricNotExported" and checked.status["display"] == "1-3 MetricNotExported"
     assert checked.status["maxReplicas"] == 3  # the rest of the block stays
+    # before KEDA's own rules: even without KEDA the metric is what to fix
+    no_keda = autoscaling.autoscaling_status(spec, keda_installed=False, scaled_object=None, hpa=None, resolved=status)
+    assert no_keda.condition == checked.condition
 
 
-def test_metric_check_leaves_an_unread_or_absent_state_alone():
-    spec = _spec(metric="KVCacheUsage", maxReplicas=2, target=50)
+def test_metric_check_leaves_an_absent_state_alone():
     legacy = {"task": {"resolved": "text-generation"}, "pipeline": _FALLBACK}
-    assert autoscaling.metric_check(None, spec, legacy) is None  # unreadable this cycle: previous kept
-    off = autoscaling.AutoscalingState(None, None)
-    assert autoscaling.metric_check(off, _spec(), legacy) is off
+    off = autoscaling.autoscaling_status(_spec(), keda_installed=True, scaled_object=None, hpa=None, resolved=legacy)
+    assert off == autoscaling.AutoscalingState(None, None)

@@ -159,6 +159,15 @@ CASES: dict[str, tuple[Observed, Memory, dict[str, Any]]] = {
         memory(**SEEN, last_status={"autoscaling": {"reason": "AbleToScale"}}),
         {"status.autoscaling.reason": "AbleToScale"},
     ),
+    "KEDA could not be read, metric KVCacheUsage: no rule runs, the last status.autoscaling stands": (
+        observed(
+            {**SPEC, "autoscaling": {"maxReplicas": 2, "target": 50, "metric": "KVCacheUsage"}},
+            live=live_children(AUTOSCALING),
+            scaler=None,
+        ),
+        memory(**SEEN, last_status={"autoscaling": {"reason": "AbleToScale"}}),
+        {"status.autoscaling.reason": "AbleToScale"},
+    ),
     "requests defaulted: status.resourceDefaults says which": (
         observed(settings=SETTINGS.model_copy(update={"default_cpu_request": "500m"})),
         memory(),
