@@ -91,7 +91,7 @@ def apply_blocking(
     kube = ctl.kube
     if desired.denied:
         raise ApplyRefused("spec", 0, "; ".join(desired.denied), reasons.POLICY_DENIED)
-    objs = copy.deepcopy(desired.objects)  # the Deployment gets its generation annotation here
+    objs = copy.deepcopy(desired.applied)  # the Deployment gets its generation annotation here
     live: dict[str, dict[str, Any] | None] = {}
     for obj in objs:  # all checked before any is written: no half-applied takeover
         meta = obj["metadata"]

@@ -1,9 +1,6 @@
-"""Autoscaling on LLM load (pure): spec.autoscaling -> a KEDA ScaledObject; KEDA's state -> status.
+"""Autoscaling on LLM load (pure): KEDA's state -> status. (The ScaledObject itself is a child like the others:
+rendered by render.render, built in scaledobject.py, whose names are re-exported here.)
 
-- `render_scaled_object`: a ScaledObject whose Prometheus trigger sums one runtime metric over the
-  LLMServing's pods (AverageValue: replicas = ceil(sum / target)). Its scale target is the LLMServing
-  itself, through the scale subresource: KEDA's HPA writes spec.replicas and the operator keeps
-  rendering the Deployment from spec.replicas, so the operator never fights the HPA.
 - `autoscaling_status`: status.autoscaling and the Autoscaling condition, from what the pods resolved (the
   computed status), whether KEDA's CRD is served, the ScaledObject and the HPA KEDA made for it (the HPA's
   conditions carry the last reason): the condition is decided by AUTOSCALING_CHAIN, an ordered rule chain like
@@ -28,21 +25,9 @@ from ovserve_runtime.report import Task
 from . import render, rules
 from . import spec as api
 from .rules import Finding
+from .scaledobject import API_VERSION, GROUP, KIND, PLURAL, SERIES, SERIES_LABEL, hpa_name, query, scaled_object_name
 
-API_VERSION = "keda.sh/v1alpha1"
-KIND = "ScaledObject"
-GROUP = "keda.sh"
-PLURAL = "scaledobjects"
 CONDITION = "Autoscaling"
-# The label Prometheus puts the LLMServing's name in: hack/'s scrape config relabels the pod label
-# ovserve.dev/llmserving to it, and a PodMonitor's podTargetLabels names it the same way.
-SERIES_LABEL = "ovserve_dev_llmserving"
-
-SERIES: dict[api.AutoscalingMetric, str] = {
-    api.AutoscalingMetric.QueueDepth: "ovserve_queue_depth",
-    api.AutoscalingMetric.RunningRequests: "ovserve_requests_running",
-    api.AutoscalingMetric.KVCacheUsage: "ovserve_kv_cache_usage_percent",
-}
 
 # Reasons of status.autoscaling / the Autoscaling condition (the HPA's own reasons pass through).
 KEDA_NOT_INSTALLED = "KEDANotInstalled"  # keda.sh/v1alpha1 ScaledObject is not served: replicas stay as set
@@ -55,63 +40,8 @@ METRIC_NOT_EXPORTED = "MetricNotExported"  # what the pods resolved never moves 
 _REASON_RE = re.compile(api.REASON_PATTERN)
 
 
-def scaled_object_name(name: str) -> str:
-    return name
-
-
-def hpa_name(name: str) -> str:
-    """The HPA KEDA creates for a ScaledObject (unless the ScaledObject names one)."""
-    return f"keda-hpa-{scaled_object_name(name)}"
-
-
-def query(metric: api.AutoscalingMetric, namespace: str, name: str) -> str:
-    """PromQL: the metric summed over the LLMServing's runtime pods (names are DNS labels: no escaping needed)."""
-    return f'sum({SERIES[metric]}{{namespace="{namespace}",{SERIES_LABEL}="{name}"}})'
-
-
-def render_scaled_object(
-    name: str, namespace: str, uid: str, spec: api.LLMServingSpec, prometheus_url: str
-) -> dict[str, Any] | None:
-    """The ScaledObject for spec.autoscaling, or None when autoscaling is off."""
-    a = spec.autoscaling
-    if a is None:
-        return None
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {
-            "name": scaled_object_name(name),
-            "namespace": namespace,
-            "labels": render.labels(name),
-            "ownerReferences": [render.owner_reference(name, uid)],
-        },
-        "spec": {
-            "scaleTargetRef": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name},
-            "pollingInterval": a.pollingIntervalSeconds,
-            "minReplicaCount": a.minReplicas,
-            "maxReplicaCount": a.maxReplicas,
-            "advanced": {
-                "horizontalPodAutoscalerConfig": {
-                    "name": hpa_name(name),
-                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": a.scaleDownStabilizationSeconds}},
-                }
-            },
-            "triggers": [
-                {
-                    "type": "prometheus",
-                    "name": a.metric.value[0].lower() + a.metric.value[1:],
-                    "metricType": "AverageValue",
-                    "metadata": {
-                        "serverAddress": prometheus_url,
-                        "query": query(a.metric, namespace, name),
-                        "threshold": f"{a.target:g}",
-                        # no series yet (no pod scraped): 0, not an error
-                        "ignoreNullValues": "true",
-                    },
-                }
-            ],
-        },
-    }
+# the ScaledObject is one of the children: render.render renders it (scaledobject.py), named here for the callers
+render_scaled_object = render.render_scaled_object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,12 +261,17 @@ def merge_condition(
 
 
 __all__ = [
+    "API_VERSION",
     "CONDITION",
+    "GROUP",
     "KEDA_NOT_INSTALLED",
+    "KIND",
+    "PLURAL",
     "SCALED_OBJECT_NOT_READY",
     "SCALED_OBJECT_PENDING",
     "SCALED_OBJECT_REFUSED",
     "SERIES",
+    "SERIES_LABEL",
     "WAITING_FOR_HPA",
     "AutoscalingState",
     "autoscaling_status",
@@ -344,4 +279,5 @@ __all__ = [
     "merge_condition",
     "query",
     "render_scaled_object",
+    "scaled_object_name",
 ]

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import autoscaling, ownership
+from . import autoscaling, ownership, scaledobject
 from .kube import Kube, error_text, is_refusal
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class Keda:
         with self._lock:
             if self._served is not None and self.clock() - self._served[0] < SERVED_TTL_S:
                 return self._served[1]
-        served = kube.served(f"{autoscaling.GROUP}/v1alpha1", autoscaling.PLURAL)
+        served = kube.served(f"{scaledobject.GROUP}/v1alpha1", scaledobject.PLURAL)
         with self._lock:
             self._served = (self.clock(), served)
         return served
@@ -82,9 +82,9 @@ def read(kube: Kube, keda: Keda, name: str, namespace: str, uid: str) -> Seen:
     """The ScaledObject of `name` and its HPA, as they are (reads only)."""
     if not keda.served(kube):
         return Seen(installed=False)
-    so_name = autoscaling.scaled_object_name(name)
+    so_name = scaledobject.scaled_object_name(name)
     try:
-        so = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
+        so = kube.get(scaledobject.API_VERSION, scaledobject.KIND, namespace, so_name)
     except kube.errors.ForbiddenError as e:
         # not granted (chart autoscaling.enabled=false): status says so, nothing is retried here
         return Seen(installed=True, problem=refusal_text(e), readable=False)
@@ -92,7 +92,7 @@ def read(kube: Kube, keda: Keda, name: str, namespace: str, uid: str) -> Seen:
         return Seen(installed=True)
     if ownership.conflict(so, uid) is not None:
         return Seen(installed=True, problem=not_ours_message(so_name), ours=False)
-    hpa_name = ((so.get("status") or {}).get("hpaName")) or autoscaling.hpa_name(name)
+    hpa_name = ((so.get("status") or {}).get("hpaName")) or scaledobject.hpa_name(name)
     hpa = kube.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, hpa_name)
     return Seen(installed=True, scaled_object=so, hpa=hpa)
 
@@ -113,10 +113,10 @@ def write(
     (KEDA not served); any other failure is raised."""
     if not keda.served(kube):
         return None
-    so_name = autoscaling.scaled_object_name(name)
+    so_name = scaledobject.scaled_object_name(name)
     try:
         try:
-            existing = kube.get(autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name)
+            existing = kube.get(scaledobject.API_VERSION, scaledobject.KIND, namespace, so_name)
         except kube.errors.ForbiddenError:
             if desired is None:
                 return Written()  # an operator not granted ScaledObjects (chart autoscaling.enabled=false) made none
@@ -128,7 +128,7 @@ def write(
             if existing is not None:
                 # The HPA goes with it (KEDA owns it); spec.replicas keeps its last autoscaled value.
                 kube.delete(
-                    autoscaling.API_VERSION, autoscaling.KIND, namespace, so_name, uid=existing["metadata"].get("uid")
+                    scaledobject.API_VERSION, scaledobject.KIND, namespace, so_name, uid=existing["metadata"].get("uid")
                 )
         else:
             _, reverted = kube.apply_exact(dict(desired))

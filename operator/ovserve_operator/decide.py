@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from . import autoscaling, autoscaling_io, drift, policy, render, resourcedefaults, rolloutbudget, status
+from . import autoscaling, autoscaling_io, drift, policy, render, resourcedefaults, rolloutbudget, scaledobject, status
 from . import spec as api
 from .memory import Memory, generation_apply_due, missing_children, reapply_due, revert_due
 from .observe import Observed
@@ -60,14 +60,24 @@ class Now:
 
 @dataclasses.dataclass(frozen=True)
 class Desired:
-    """Every child of one LLMServing, rendered once per pass."""
+    """Every child of one LLMServing, rendered once per pass (one list from the one pure render)."""
 
-    objects: list[dict[str, Any]]  # render.render: in apply order
-    scaled_object: dict[str, Any] | None  # spec.autoscaling's; None: ours is deleted
+    objects: list[dict[str, Any]]  # render.render: every child, in apply order, the ScaledObject included
     denied: tuple[str, ...] = ()  # the tenant policy's violations: nothing is applied
 
     def of(self, kind: str) -> dict[str, Any]:
         return next(o for o in self.objects if o["kind"] == kind)
+
+    @property
+    def scaled_object(self) -> dict[str, Any] | None:
+        """spec.autoscaling's ScaledObject; None: autoscaling is off (ours is deleted)."""
+        return next((o for o in self.objects if o["kind"] == scaledobject.KIND), None)
+
+    @property
+    def applied(self) -> list[dict[str, Any]]:
+        """The children written with server-side apply as they are (the ScaledObject has its own write: KEDA may
+        be absent, and a refusal of it leaves the others serving)."""
+        return [o for o in self.objects if o["kind"] != scaledobject.KIND]
 
     @property
     def template_hash(self) -> str:
@@ -75,11 +85,7 @@ class Desired:
 
 
 def render_children(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> Desired:
-    return Desired(
-        render.render(name, namespace, uid, spec, settings),
-        autoscaling.render_scaled_object(name, namespace, uid, spec, settings.prometheus_url),
-        tuple(policy.violations(spec, settings)),
-    )
+    return Desired(render.render(name, namespace, uid, spec, settings), tuple(policy.violations(spec, settings)))
 
 
 class Apply(enum.Enum):

@@ -16,7 +16,7 @@ from ovserve_runtime import endpoints
 from ovserve_runtime.flags import RuntimeFlags
 from ovserve_runtime.report import PipelineType, Task
 
-from . import networkpolicy, resourcedefaults
+from . import networkpolicy, resourcedefaults, scaledobject
 from . import spec as api
 from .settings import Settings
 
@@ -472,11 +472,24 @@ def render_network_policy(name: str, namespace: str, uid: str, spec: api.LLMServ
     )
 
 
+def render_scaled_object(
+    name: str, namespace: str, uid: str, spec: api.LLMServingSpec, prometheus_url: str
+) -> dict[str, Any] | None:
+    """The KEDA ScaledObject for spec.autoscaling (scaledobject.py), or None when autoscaling is off."""
+    if spec.autoscaling is None:
+        return None
+    metadata = _metadata(name, namespace, uid)
+    return scaledobject.render_scaled_object(name, namespace, spec.autoscaling, prometheus_url, metadata)
+
+
 def render(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> list[dict]:
-    """All desired child objects, in apply order (the NetworkPolicy first: no pod without it)."""
+    """Every desired child object, in apply order: the NetworkPolicy first (no pod without it), the ScaledObject
+    last (spec.autoscaling; written by its own path, autoscaling_io.write, since KEDA may be absent)."""
     objs = [render_service(name, namespace, uid), render_deployment(name, namespace, uid, spec, settings)]
     if networkpolicy.wanted(spec, settings):
         objs.insert(0, render_network_policy(name, namespace, uid, spec, settings))
+    if (scaled := render_scaled_object(name, namespace, uid, spec, settings.prometheus_url)) is not None:
+        objs.append(scaled)
     return objs
 
 
@@ -493,6 +506,7 @@ __all__ = [
     "render",
     "render_deployment",
     "render_network_policy",
+    "render_scaled_object",
     "render_service",
     "runtime_args",
     "selector_labels",

@@ -237,6 +237,7 @@ def test_the_status_is_written_only_when_it_changed_and_its_events_only_on_trans
 
 def test_one_render_holds_every_child_the_scaled_object_included():
     desired = render_children(NAME, NS, UID, api.parse_spec(AUTOSCALING), SETTINGS)
-    assert sorted(o["kind"] for o in desired.objects) == ["Deployment", "Service"]
-    assert desired.scaled_object is not None and desired.scaled_object["kind"] == "ScaledObject"
+    assert [o["kind"] for o in desired.objects] == ["Service", "Deployment", "ScaledObject"]  # one list, one render
+    assert desired.scaled_object is desired.objects[-1]
+    assert [o["kind"] for o in desired.applied] == ["Service", "Deployment"]  # the ScaledObject has its own write
     assert render_children(NAME, NS, UID, api.parse_spec(SPEC), SETTINGS).scaled_object is None

@@ -459,3 +459,30 @@ def test_chat_template_kwargs_become_the_runtimes_flag():
     for bad in ({"not a name": 1}, {f"k{i}": 1 for i in range(17)}):
         with pytest.raises(ValueError):
             api.parse_spec({"model": HOST, "serving": {"chatTemplateKwargs": bad}})
+
+
+@pytest.mark.parametrize(
+    "autoscaling,network_policy,kinds",
+    [
+        (None, False, ["Service", "Deployment"]),
+        ({"maxReplicas": 3, "target": 2}, False, ["Service", "Deployment", "ScaledObject"]),
+        ({"maxReplicas": 3, "target": 2}, True, ["NetworkPolicy", "Service", "Deployment", "ScaledObject"]),
+    ],
+)
+def test_render_returns_every_child_the_scaled_object_included(autoscaling, network_policy, kinds):
+    """One pure render, one list: the ScaledObject of spec.autoscaling is a child like the others (last)."""
+    spec = {"model": HOST, **({"autoscaling": autoscaling} if autoscaling else {})}
+    settings = Settings(
+        allow_host_path=True,
+        network_policies=network_policy,
+        network_policy_default=network_policy,
+        prometheus_url="http://p:9090",
+    )
+    typed = api.parse_spec(spec)
+    objs = render.render("llm", "ns", "uid-1", typed, settings)
+    assert [o["kind"] for o in objs] == kinds
+    if autoscaling:
+        so = objs[-1]
+        assert so == render.render_scaled_object("llm", "ns", "uid-1", typed, "http://p:9090")
+        assert so["metadata"]["ownerReferences"][0]["uid"] == "uid-1" and so["metadata"]["name"] == "llm"
+        assert so["spec"]["triggers"][0]["metadata"]["serverAddress"] == "http://p:9090"

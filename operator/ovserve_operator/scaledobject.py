@@ -1,0 +1,94 @@
+"""The KEDA ScaledObject of an LLMServing with spec.autoscaling (pure), and KEDA's names.
+
+A ScaledObject whose Prometheus trigger sums one runtime metric over the LLMServing's pods (AverageValue:
+replicas = ceil(sum / target)). Its scale target is the LLMServing itself, through the scale subresource: KEDA's
+HPA writes spec.replicas and the operator keeps rendering the Deployment from spec.replicas, so the operator never
+fights the HPA. render.py puts it among the other children (metadata from there, as networkpolicy.py's);
+autoscaling.py judges KEDA's state of it; autoscaling_io.py reads and writes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import spec as api
+
+API_VERSION = "keda.sh/v1alpha1"
+KIND = "ScaledObject"
+GROUP = "keda.sh"
+PLURAL = "scaledobjects"
+# The label Prometheus puts the LLMServing's name in: hack/'s scrape config relabels the pod label
+# ovserve.dev/llmserving to it, and a PodMonitor's podTargetLabels names it the same way.
+SERIES_LABEL = "ovserve_dev_llmserving"
+
+SERIES: dict[api.AutoscalingMetric, str] = {
+    api.AutoscalingMetric.QueueDepth: "ovserve_queue_depth",
+    api.AutoscalingMetric.RunningRequests: "ovserve_requests_running",
+    api.AutoscalingMetric.KVCacheUsage: "ovserve_kv_cache_usage_percent",
+}
+
+
+def scaled_object_name(name: str) -> str:
+    return name
+
+
+def hpa_name(name: str) -> str:
+    """The HPA KEDA creates for a ScaledObject (unless the ScaledObject names one)."""
+    return f"keda-hpa-{scaled_object_name(name)}"
+
+
+def query(metric: api.AutoscalingMetric, namespace: str, name: str) -> str:
+    """PromQL: the metric summed over the LLMServing's runtime pods (names are DNS labels: no escaping needed)."""
+    return f'sum({SERIES[metric]}{{namespace="{namespace}",{SERIES_LABEL}="{name}"}})'
+
+
+def render_scaled_object(
+    name: str, namespace: str, autoscaling: api.Autoscaling, prometheus_url: str, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    """The ScaledObject for `autoscaling` (metadata, with its owner reference, from render.py)."""
+    a = autoscaling
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {**metadata, "name": scaled_object_name(name)},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name},
+            "pollingInterval": a.pollingIntervalSeconds,
+            "minReplicaCount": a.minReplicas,
+            "maxReplicaCount": a.maxReplicas,
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "name": hpa_name(name),
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": a.scaleDownStabilizationSeconds}},
+                }
+            },
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "name": a.metric.value[0].lower() + a.metric.value[1:],
+                    "metricType": "AverageValue",
+                    "metadata": {
+                        "serverAddress": prometheus_url,
+                        "query": query(a.metric, namespace, name),
+                        "threshold": f"{a.target:g}",
+                        # no series yet (no pod scraped): 0, not an error
+                        "ignoreNullValues": "true",
+                    },
+                }
+            ],
+        },
+    }
+
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "SERIES",
+    "SERIES_LABEL",
+    "hpa_name",
+    "query",
+    "render_scaled_object",
+    "scaled_object_name",
+]
