@@ -52,6 +52,9 @@ async def act(ctl: Controller, plan: Plan, memory: Memory) -> bool:
         setattr(memory, field, getattr(plan.memory, field))
     if plan.pod_memory is not None:
         memory.readback.keep(plan.pod_memory)
+    if plan.events_forbidden is not None and not ctl.events_forbidden:
+        ctl.events_forbidden = True
+        log.warning("cannot list pod events (%s): missing volumes show as ContainerCreating", plan.events_forbidden)
     desired = plan.desired
     if plan.apply is Apply.UNCHANGED:
         ctl.health.inc("ovserve_operator_resumes_unchanged_total")
@@ -99,7 +102,7 @@ def apply_blocking(
         if why := ownership.conflict(existing, uid):
             raise ApplyRefused(f"{obj['kind']}/{meta['name']}", 409, why, reasons.NAME_CONFLICT)
         live[obj["kind"]] = existing
-    objs = within_rollout_budget(ctl, key, objs, live.get("Deployment"), generation)
+    objs = within_rollout_budget(ctl, key, objs, live.get("Deployment"), generation, memory)
     applied = []
     for obj in objs:
         target = f"{obj['kind']}/{obj['metadata']['name']}"
@@ -137,16 +140,24 @@ def write_scaler(ctl: Controller, key: Key, uid: str, desired: Mapping[str, Any]
 
 
 def within_rollout_budget(
-    ctl: Controller, key: Key, objs: list[dict[str, Any]], live: dict[str, Any] | None, generation: int | None
+    ctl: Controller,
+    key: Key,
+    objs: list[dict[str, Any]],
+    live: dict[str, Any] | None,
+    generation: int | None,
+    memory: Memory,
 ) -> list[dict[str, Any]]:
     """The children to apply: without the Deployment when an operator change of its pod template waits for
-    a rollout slot (rolloutbudget.py). The Deployment records the generation it was rendered from."""
+    a rollout slot (rolloutbudget.py; the hold is remembered in the record). The Deployment records the generation
+    it was rendered from."""
     deployment = next(o for o in objs if o["kind"] == "Deployment")
     if generation is not None:
         deployment["metadata"]["annotations"][rolloutbudget.ANNOTATION_GENERATION] = str(generation)
     desired = deployment["metadata"]["annotations"][render.ANNOTATION_TEMPLATE_HASH]
     budget = ctl.memories.budget
-    decision = budget.decide(key, rolloutbudget.Live.of(live, render.ANNOTATION_TEMPLATE_HASH), desired, generation)
+    live_hashes = rolloutbudget.Live.of(live, render.ANNOTATION_TEMPLATE_HASH)
+    decision = budget.decide(key, live_hashes, desired, generation)
+    memory.rollout_hold = rolloutbudget.Hold.after(decision, live_hashes, desired)
     if decision == rolloutbudget.Decision.HELD:
         return [o for o in objs if o is not deployment]
     if decision == rolloutbudget.Decision.GRANTED:
@@ -210,13 +221,12 @@ async def write_status(ctl: Controller, plan: Plan, memory: Memory) -> bool:
     if not plan.patch:
         return False
     namespace, name = plan.key
-    own_writes = ctl.memories.own_writes
-    own_writes.writing(plan.key, plan.status)  # before sending: its echo may arrive before the call returns
+    memory.echo.writing(plan.status)  # before sending: its echo may arrive before the call returns
     try:
         patch = status.status_patch(plan.status, plan.stored)
         await ctl.call(ctl.io_pool, ctl.kube.patch_status, namespace, name, patch)
     except BaseException:
-        own_writes.failed(plan.key)
+        memory.echo.failed()
         raise
     memory.last_status = plan.status
     memory.patched_over = plan.resource_version

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import act, autoscaling_io, cache, echo, intake, reasons, reflector, rolloutbudget, statusqueue
+from . import act, autoscaling_io, cache, intake, reasons, reflector, rolloutbudget, statusqueue
 from . import spec as api
 from .decide import Now, decide
 from .health import HealthState
@@ -60,10 +60,8 @@ class Controller:
         self.queue = statusqueue.WorkQueue(settings.status_interval_s, resync_per_s=settings.status_resync_per_s)
         self.memories = Memories(
             settings.readback_grace_s,
-            echo.OwnWrites(),
             rolloutbudget.RolloutBudget(settings.rollout_budget, settings.rollout_budget_timeout_s),
         )
-        self.own_writes = self.memories.own_writes
         self.keda = autoscaling_io.Keda()
         self.llmservings = cache.Cache()
         self.pods = cache.Cache()
@@ -115,7 +113,7 @@ class Controller:
             self.llmservings.delete(change.uid)  # the work queue sees it gone and the controller forgets it
             return
         self.queue.activate(change.key)
-        if self.own_writes.is_echo(change.key, *change.digests):
+        if self.memories.of(change.key, change.uid).echo.is_echo(*change.digests):
             self.health.inc("ovserve_operator_status_echoes_total")  # our own patch: nothing to refresh
         else:
             self.mark(change.key)

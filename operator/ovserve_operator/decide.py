@@ -26,7 +26,14 @@ from pydantic import ValidationError
 
 from . import autoscaling, autoscaling_io, drift, policy, render, resourcedefaults, rolloutbudget, scaledobject, status
 from . import spec as api
-from .memory import Memory, generation_apply_due, missing_children, reapply_due, revert_due
+from .memory import (
+    Memory,
+    generation_apply_due,
+    missing_children,
+    reapply_due,
+    remember_mount_failures,
+    revert_due,
+)
 from .observe import Observed
 from .readback import PodMemory
 from .settings import Settings
@@ -46,6 +53,8 @@ DECIDED = (
     "children_seen",
     "scaler_error",
     "scaler_reverted_at",
+    "mount_failures",
+    "events_read_at",
 )
 
 
@@ -114,6 +123,7 @@ class Plan:
     drifted: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # why a REAPPLY
     write_scaler: bool = False  # the ScaledObject alone
     finish_rollout: bool = False  # its rollout slot frees
+    events_forbidden: str | None = None  # pod Events may not be read (RBAC): stop asking (observe found it)
 
 
 def decide(observed: Observed, memory: Memory, now: Now) -> Plan:
@@ -146,6 +156,7 @@ def decide(observed: Observed, memory: Memory, now: Now) -> Plan:
     drift_paths = {kind: drift.differences(desired.of(kind), live.get(kind)) for kind in live}
     missing = missing_children(m, [k for k, v in live.items() if v is None], now.tick)
     readings, pod_memory = memory.readback.graced(o.pods, o.reports, now.wall)
+    mounts = remember_mount_failures(m, o.pods, o.pod_events, o.events_read_at)
     deployed = live.get("Deployment")
     st = status.compute(
         name=name,
@@ -159,7 +170,7 @@ def decide(observed: Observed, memory: Memory, now: Now) -> Plan:
         now=now.wall,
         deployment={"conditions": deployed["status"]["conditions"]} if deployed else None,
         apply_error=m.apply_error,
-        mount_failures=o.mount_failures,
+        mount_failures=mounts,
         missing_children=missing,
         desired_template=None if held_hash else desired.of("Deployment")["spec"]["template"],
     ).status
@@ -221,6 +232,7 @@ def _plan(o: Observed, memory: Memory, m: Memory, st: dict[str, Any], previous: 
         # the Events of the whole status's transitions, chosen once it is complete
         events=status.events_for(previous, st),
         memory=m,
+        events_forbidden=o.events_forbidden,
         **kw,
     )
 

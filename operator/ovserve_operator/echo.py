@@ -15,19 +15,19 @@ and pods have indexes of their own, and the periodic resync recomputes every obj
 drops the one event the operator caused itself.
 
 The write is recorded before the patch is sent (its echo may be handled before the patch call returns) and
-forgotten when the patch fails. Only digests are kept: a few dozen bytes per object at 10,000 objects.
+forgotten when the patch fails. Only digests are kept: a few dozen bytes per object at 10,000 objects, in the
+object's memory record (memory.Memory.echo).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from .status import stored_form
-
-Key = tuple[str, str]  # (namespace, name)
 
 VOLATILE_METADATA = ("resourceVersion", "managedFields")  # changed by every write, the status's too
 
@@ -53,31 +53,24 @@ def digests(body: Mapping[str, Any]) -> tuple[bytes, bytes]:
     return inputs_digest(body), status_digest(body.get("status"))
 
 
+@dataclasses.dataclass
 class OwnWrites:
-    """Per object: the digest of the last event's inputs and of the status this operator last wrote."""
+    """Of one object (a field of its memory.Memory record, so that forgetting the object forgets them too): the
+    digest of its last event's inputs and of the status this operator last wrote."""
 
-    def __init__(self) -> None:
-        self._seen: dict[Key, bytes] = {}
-        self._wrote: dict[Key, bytes] = {}
+    seen: bytes | None = None
+    wrote: bytes | None = None
 
-    def writing(self, key: Key, status: Mapping[str, Any]) -> None:
+    def writing(self, status: Mapping[str, Any]) -> None:
         """About to patch `status` (call before sending it)."""
-        self._wrote[key] = status_digest(status)
+        self.wrote = status_digest(status)
 
-    def failed(self, key: Key) -> None:
+    def failed(self) -> None:
         """The patch failed: an event with that status is not ours."""
-        self._wrote.pop(key, None)
+        self.wrote = None
 
-    def forget(self, key: Key) -> None:
-        self._seen.pop(key, None)
-        self._wrote.pop(key, None)
-
-    def is_echo(self, key: Key, inputs: bytes, status: bytes) -> bool:
-        """Whether a watch event of `key`, given as its `digests` (taken where the raw body was decoded: the
+    def is_echo(self, inputs: bytes, status: bytes) -> bool:
+        """Whether a watch event of the object, given as its `digests` (taken where the raw body was decoded: the
         reflector's thread), is only the echo of our own status patch (records its inputs)."""
-        before, self._seen[key] = self._seen.get(key), inputs
-        wrote = self._wrote.get(key)
-        return before == inputs and wrote is not None and status == wrote
-
-    def __len__(self) -> int:
-        return len(self._seen)
+        before, self.seen = self.seen, inputs
+        return before == inputs and self.wrote is not None and status == self.wrote

@@ -1,13 +1,14 @@
 """What the controller remembers about each LLMServing between sync passes: one record per object, one `forget`.
 
-- `Memory`: the record: the last status written, the children's applies (when, which generation, the last
-  refusal), the readback grace of its pods, their mount-failure Events, which children were seen, and the
-  ScaledObject's last refusal. Only the controller's sync pass and its apply touch it.
-- `Memories`: the records by key, plus the two per-object stores that cannot be a field of the record:
-  the echo digests (echo.OwnWrites, consulted for every watch event before any pass ran) and the rollout
-  budget (rolloutbudget.RolloutBudget, whose slots are counted across objects). `forget` drops all three.
+- `Memory`: the record: the last status written and the echo digests of our writes (echo.OwnWrites, consulted for
+  every watch event), the children's applies (when, which generation, the last refusal), its rollout hold, the
+  readback grace of its pods, their mount-failure Events and when each pod's Events were last read, which children
+  were seen, and the ScaledObject's last refusal. Written by the intake (the echo), by `act` (what `decide`
+  decided, and the outcome of its writes), never by `observe`.
+- `Memories`: the records by key, and the rollout budget's slots (rolloutbudget.RolloutBudget): a count across
+  objects, the one piece that cannot be a field of a record. `forget` drops the record and frees its slot.
 - the small pure judgements on a record that `decide` and the sync pass use (`generation_apply_due`,
-  `reapply_due`, `revert_due`, `missing_children`), each tested alone.
+  `reapply_due`, `revert_due`, `missing_children`, `remember_mount_failures`), each tested alone.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import dataclasses
 from collections.abc import Collection
 from typing import Any
 
+from . import podview
 from .echo import OwnWrites
 from .readback import ReadbackMemory
-from .rolloutbudget import RolloutBudget
+from .rolloutbudget import Hold, RolloutBudget
 from .rules import ApplyError
 
 Key = tuple[str, str]  # (namespace, name)
@@ -31,6 +33,7 @@ class Memory:
     readback: ReadbackMemory
     uid: str = ""  # of the object remembered: a namesake re-created meanwhile starts afresh
     last_status: dict[str, Any] | None = None
+    echo: OwnWrites = dataclasses.field(default_factory=OwnWrites)  # the digests of our last status patch
     patched_over: str | None = None  # the resourceVersion our last status patch was computed from
     applied_at: float | None = None  # monotonic
     reverted_at: float | None = None  # monotonic: the last re-apply for a hand edit of a live child
@@ -41,6 +44,7 @@ class Memory:
     events_read_at: dict[str, float] = dataclasses.field(default_factory=dict)  # pod uid -> monotonic
     children_seen: set[str] = dataclasses.field(default_factory=set)  # kinds of children seen live
     applying: int = 0  # applies of its children queued or running (a generation's, a re-apply)
+    rollout_hold: Hold | None = None  # an operator change of its pod template waiting for a rollout slot
     # the ScaledObject (spec.autoscaling): why it was last refused or not taken over, when the apiserver last
     # refused it (retried every REFUSED_RETRY_S), the last re-apply for a hand edit (monotonic)
     scaler_error: str | None = None
@@ -51,11 +55,10 @@ class Memory:
 class Memories:
     """Memory per key, created on first use, dropped when the object is gone."""
 
-    def __init__(
-        self, readback_grace_s: float, own_writes: OwnWrites | None = None, budget: RolloutBudget | None = None
-    ) -> None:
+    def __init__(self, readback_grace_s: float, budget: RolloutBudget | None = None) -> None:
         self.grace = readback_grace_s
-        self.own_writes = own_writes if own_writes is not None else OwnWrites()
+        # the slots are counted across objects (the budget bounds how many roll at once), so they are one shared
+        # table, not a field of each record; an object's own hold is in its record (Memory.rollout_hold)
         self.budget = budget if budget is not None else RolloutBudget(0, 0.0)
         self._by_key: dict[Key, Memory] = {}
 
@@ -76,11 +79,14 @@ class Memories:
     def get(self, key: Key) -> Memory | None:
         return self._by_key.get(key)
 
+    def __len__(self) -> int:
+        return len(self._by_key)
+
     def forget(self, key: Key) -> None:
-        """A deleted LLMServing: its record, its echo digests, and its rollout slot (which frees)."""
+        """A deleted LLMServing: its record (one deletion: everything remembered of it), and the slot it may hold
+        in the shared rollout budget frees."""
         self._by_key.pop(key, None)
-        self.own_writes.forget(key)
-        self.budget.forget(key)
+        self.budget.finished(key)
 
 
 def generation_apply_due(
@@ -136,3 +142,21 @@ def missing_children(
     memory.children_seen |= all_kinds - set(absent)
     applied_long_ago = memory.applied_at is not None and now - memory.applied_at > after_s
     return sorted(k for k in absent if k in memory.children_seen or applied_long_ago)
+
+
+def remember_mount_failures(
+    memory: Memory, pods: Collection[dict[str, Any]], read: dict[str, tuple[str, str | None]], read_at: float
+) -> dict[str, str]:
+    """pod name -> the kubelet's latest volume failure, of the pods still creating: what the record held, with the
+    pod Events `observe` read this pass (`read`: pod uid -> (pod name, its mount failure or None); a read that
+    failed counts as read, so each pod's Events are listed at most every observe.EVENTS_EVERY_S). Pods no longer
+    creating are dropped. Records in `memory` (new dicts: a copy made with dataclasses.replace stays apart)."""
+    creating = [p for p in pods if podview.is_creating(p)]
+    names, uids = {podview.name(p) for p in creating}, {podview.uid(p) for p in creating}
+    memory.mount_failures = {k: v for k, v in memory.mount_failures.items() if k in names}
+    memory.events_read_at = {k: v for k, v in memory.events_read_at.items() if k in uids}
+    for uid, (name, message) in read.items():
+        memory.events_read_at[uid] = read_at
+        if message is not None:
+            memory.mount_failures[name] = message
+    return dict(memory.mount_failures)

@@ -1,8 +1,8 @@
 """Observe: the first step of a sync pass. Everything one LLMServing's status and children are decided from, read
 from the controller's caches and, where no cache can hold it, from the pods and the apiserver: the runtime
 reports (GET /v1/status of each pod), the mount-failure Events of pods stuck creating, KEDA's ScaledObject and
-HPA. Nothing is written anywhere; the only state touched is the read throttle of pod Events (at most one LIST
-per pod every EVENTS_EVERY_S), which is observe's own.
+HPA. Nothing is written anywhere, the memory record included: it is read (which pods' Events are due: at most
+one LIST per pod every EVENTS_EVERY_S), and what was read goes to `decide` in the `Observed`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ class Observed:
     pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     live: dict[str, dict[str, Any] | None] = dataclasses.field(default_factory=dict)  # kind -> ours, or None
     reports: dict[str, readback.Reading] = dataclasses.field(default_factory=dict)  # pod name -> raw reading
-    mount_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> kubelet message
+    # the pod Events read this pass (memory.remember_mount_failures): pod uid -> (pod name, its mount failure or
+    # None), when (monotonic), and why they may not be read (RBAC without `list events`), if that was just found
+    pod_events: dict[str, tuple[str, str | None]] = dataclasses.field(default_factory=dict)
+    events_read_at: float = 0.0
+    events_forbidden: str | None = None
     scaler: autoscaling_io.Seen | None = None  # None: not read (autoscaling off, or the read failed)
     budget: rolloutbudget.View = dataclasses.field(default_factory=rolloutbudget.View)
 
@@ -90,9 +94,10 @@ async def observe(ctl: Controller, snapshot: Mapping[str, Any], memory: Memory) 
         return Observed(snapshot, ctl.settings, typed, stored)
     pods = list(ctl.pods.get(key, []))
     live = {kind: ours(ctl.cache_of(kind).get(key, []), uid) for kind in CHILDREN}
-    budget = ctl.memories.budget.view(key)
+    budget = ctl.memories.budget.view(key, memory.rollout_hold)
     reports = await readback.read_reports(pods, timeout=ctl.settings.status_http_timeout_s)
-    mounts = await mount_failures(ctl, memory, key[0], pods)
+    events_read_at = time.monotonic()
+    pod_events, events_forbidden = await read_pod_events(ctl, memory, key[0], pods, events_read_at)
     scaler = None
     if typed.autoscaling is not None:
         try:
@@ -107,36 +112,35 @@ async def observe(ctl: Controller, snapshot: Mapping[str, Any], memory: Memory) 
         pods=pods,
         live=live,
         reports=reports,
-        mount_failures=mounts,
+        pod_events=pod_events,
+        events_read_at=events_read_at,
+        events_forbidden=events_forbidden,
         scaler=scaler,
         budget=budget,
     )
 
 
-async def mount_failures(ctl: Controller, memory: Memory, namespace: str, pods: list[dict[str, Any]]) -> dict[str, str]:
-    """pod name -> the kubelet's latest volume failure, for pods stuck before their containers start
-    (a missing hostPath shows nowhere else). Each such pod's Events are read at most every 10 s."""
-    now = time.monotonic()
-    creating = [p for p in pods if podview.is_creating(p)]
-    names = {podview.name(p) for p in creating}
-    memory.mount_failures = {k: v for k, v in memory.mount_failures.items() if k in names}
-    memory.events_read_at = {k: v for k, v in memory.events_read_at.items() if k in {podview.uid(p) for p in creating}}
+async def read_pod_events(
+    ctl: Controller, memory: Memory, namespace: str, pods: list[dict[str, Any]], now: float
+) -> tuple[dict[str, tuple[str, str | None]], str | None]:
+    """The Events of the pods stuck before their containers start (a missing hostPath shows nowhere else), each
+    pod's at most every EVENTS_EVERY_S (by `memory.events_read_at`, read only): pod uid -> (pod name, the kubelet's
+    latest volume failure or None; a failed read too, so that it waits its turn), and why no Events may be read,
+    when a LIST was refused 403 now (RBAC without `list events`: act remembers it, and stops asking)."""
+    read: dict[str, tuple[str, str | None]] = {}
     if ctl.events_forbidden:
-        return dict(memory.mount_failures)
-    for pod in creating:
-        uid = podview.uid(pod)
-        if now - memory.events_read_at.get(uid, -1e9) < EVENTS_EVERY_S:
+        return read, None
+    for pod in pods:
+        uid, name = podview.uid(pod), podview.name(pod)
+        if not podview.is_creating(pod) or now - memory.events_read_at.get(uid, -1e9) < EVENTS_EVERY_S:
             continue
-        memory.events_read_at[uid] = now
+        read[uid] = (name, None)
         try:
-            events = await ctl.call(ctl.io_pool, ctl.kube.list_pod_events, namespace, podview.name(pod))
+            events = await ctl.call(ctl.io_pool, ctl.kube.list_pod_events, namespace, name)
         except Exception as e:
             if error_status(e) == 403:
-                ctl.events_forbidden = True
-                log.warning("cannot list pod events (%s): missing volumes show as ContainerCreating", error_text(e))
-                break
-            log.warning("%s: listing pod events failed: %s", podview.name(pod), error_text(e))
+                return read, error_text(e)
+            log.warning("%s: listing pod events failed: %s", name, error_text(e))
             continue
-        if (msg := podview.mount_failure(events)) is not None:
-            memory.mount_failures[podview.name(pod)] = msg
-    return dict(memory.mount_failures)
+        read[uid] = (name, podview.mount_failure(events))
+    return read, None

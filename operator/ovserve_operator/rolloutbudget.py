@@ -11,7 +11,8 @@ With 0 slots such changes wait for the next spec change of each LLMServing (opt-
 Where the change comes from is told by the annotation ovserve.dev/generation the operator writes on the
 Deployment: the LLMServing generation it was rendered from. Same generation (or none: a Deployment of an
 older operator) and another template hash = an operator change; a new generation = a spec change, applied
-at once. The slots are the leader's memory: after a failover up to `slots` more may start.
+at once. The slots are the leader's memory: after a failover up to `slots` more may start. The slots are one
+table shared by every object (`RolloutBudget`); a hold is the held object's own (`Hold`, in its memory record).
 """
 
 from __future__ import annotations
@@ -49,6 +50,25 @@ class Live:
 
 
 @dataclasses.dataclass(frozen=True)
+class Hold:
+    """An LLMServing held by the budget: the live template hash its pods stay on, and the desired hash it waits to
+    roll to. Kept in its memory record (memory.Memory.rollout_hold): it concerns that object alone."""
+
+    live_hash: str
+    desired_hash: str
+
+    @classmethod
+    def after(cls, decision: Decision, live: Live | None, desired_hash: str) -> Hold | None:
+        """The hold a `RolloutBudget.decide` leaves: one when HELD, none otherwise."""
+        return cls(live.template_hash, desired_hash) if decision == Decision.HELD and live is not None else None
+
+    def held_hash(self, desired_hash: str) -> str | None:
+        """The live template hash the LLMServing stays on (its pods are the current ones), while it waits for
+        `desired_hash`; None once the spec renders another."""
+        return self.live_hash if self.desired_hash == desired_hash else None
+
+
+@dataclasses.dataclass(frozen=True)
 class View:
     """The budget as one LLMServing's sync pass sees it: its hold (live hash, desired hash), whether it holds a
     slot, whether a slot is free, and its status.rollout."""
@@ -59,28 +79,25 @@ class View:
     status: dict[str, Any] | None = None
 
     def held_hash(self, desired_hash: str) -> str | None:
-        """As RolloutBudget.held_hash."""
+        """As Hold.held_hash."""
         return self.held[0] if self.held is not None and self.held[1] == desired_hash else None
 
 
-@dataclasses.dataclass
-class _Hold:
-    live_hash: str
-    desired_hash: str
-
-
 class RolloutBudget:
-    """Thread-safe: applies run in worker threads, the status cycle in the event loop."""
+    """The slots, shared by every LLMServing (their count is what the budget bounds, so it cannot live in any one
+    object's memory record): which hold one, since when. Thread-safe: applies run in worker threads, the status
+    cycle in the event loop. An object's hold is its own (Hold, in its record)."""
 
     def __init__(self, slots: int, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.slots = slots
         self.timeout_s = timeout_s
         self.clock = clock
         self._granted: dict[Key, tuple[float, str]] = {}  # key -> (monotonic when granted, desired hash)
-        self._held: dict[Key, _Hold] = {}
         self._lock = threading.Lock()
 
     def decide(self, key: Key, live: Live | None, desired_hash: str, generation: int | None) -> Decision:
+        """Whether `key`'s Deployment is applied now (APPLY, GRANTED: it takes or keeps a slot) or HELD
+        (Hold.after records it)."""
         with self._lock:
             self._expire()
             operator_change = (
@@ -89,21 +106,11 @@ class RolloutBudget:
                 and (live.generation is None or live.generation == str(generation))
             )
             if not operator_change:
-                self._held.pop(key, None)
                 return Decision.APPLY
             if key in self._granted or len(self._granted) < self.slots:
                 self._granted.setdefault(key, (self.clock(), desired_hash))
-                self._held.pop(key, None)
                 return Decision.GRANTED
-            assert live is not None
-            self._held[key] = _Hold(live.template_hash, desired_hash)
             return Decision.HELD
-
-    def held_hash(self, key: Key, desired_hash: str) -> str | None:
-        """The live template hash a held LLMServing stays on (its pods are the current ones), else None."""
-        with self._lock:
-            hold = self._held.get(key)
-            return hold.live_hash if hold is not None and hold.desired_hash == desired_hash else None
 
     def free(self) -> bool:
         """A slot is free: a held LLMServing should try again."""
@@ -116,26 +123,20 @@ class RolloutBudget:
         with self._lock:
             self._granted.pop(key, None)
 
-    def forget(self, key: Key) -> None:
-        with self._lock:
-            self._granted.pop(key, None)
-            self._held.pop(key, None)
-
     def granted(self, key: Key) -> bool:
         with self._lock:
             return key in self._granted
 
-    def view(self, key: Key) -> View:
-        """What the budget says of `key` now, for a pure decision (`decide`)."""
+    def view(self, key: Key, hold: Hold | None) -> View:
+        """What the budget says of `key` (held by `hold`, from its record) now, for a pure decision (`decide`)."""
         with self._lock:
             self._expire()
-            hold = self._held.get(key)
             granted, free = key in self._granted, len(self._granted) < self.slots
         return View(
             held=None if hold is None else (hold.live_hash, hold.desired_hash),
             granted=granted,
             free=free,
-            status=self.status(key),
+            status=self.status(key, hold),
         )
 
     def _expire(self) -> None:
@@ -143,12 +144,12 @@ class RolloutBudget:
         for key in [k for k, (at, _h) in self._granted.items() if now - at > self.timeout_s]:
             del self._granted[key]
 
-    def status(self, key: Key) -> dict[str, Any] | None:
-        """status.rollout: absent unless an operator change waits for, or holds, a slot."""
+    def status(self, key: Key, hold: Hold | None) -> dict[str, Any] | None:
+        """status.rollout: absent unless an operator change waits for (`hold`), or holds, a slot."""
         with self._lock:
             self._expire()
             in_use = len(self._granted)
-            if key in self._held:
+            if hold is not None:
                 return {
                     "held": True,
                     "message": "the operator changed the rendered pod template (an upgrade or a setting), not the "
@@ -169,4 +170,4 @@ def rollout_done(status: Mapping[str, Any], replicas: int) -> bool:
     return int(status.get("readyReplicas") or 0) >= replicas and not status.get("previous")
 
 
-__all__ = ["ANNOTATION_GENERATION", "Decision", "Live", "RolloutBudget", "View", "rollout_done"]
+__all__ = ["ANNOTATION_GENERATION", "Decision", "Hold", "Live", "RolloutBudget", "View", "rollout_done"]

@@ -13,11 +13,13 @@ import pytest
 from ovserve_operator import autoscaling_io, intake, render, rolloutbudget
 from ovserve_operator import spec as api
 from ovserve_operator.decide import Apply, Now, decide, render_children
-from ovserve_operator.memory import Memory
+from ovserve_operator.memory import Memory, remember_mount_failures
 from ovserve_operator.observe import Observed, parse
 from ovserve_operator.readback import ReadbackMemory
 from ovserve_operator.rules import ApplyError
 from ovserve_operator.settings import Settings
+
+from .podfixtures import creating, pod
 
 NS, NAME, UID, GEN = "ns", "a", "uid-a", 3
 NOW = Now(dt.datetime(2026, 12, 7, 8, 0, 0, tzinfo=dt.UTC), 1000.0)
@@ -168,6 +170,25 @@ CASES: dict[str, tuple[Observed, Memory, dict[str, Any]]] = {
         memory(**SEEN, last_status={"autoscaling": {"reason": "AbleToScale"}}),
         {"status.autoscaling.reason": "AbleToScale"},
     ),
+    "a creating pod's Events read: its mount failure remembered (by act) and told": (
+        observed(
+            live=live_children(SPEC),
+            pods=[creating("a-1", hash=rendered_hash())],
+            pod_events={"uid-a-1": ("a-1", "hostPath type check failed: /models/tiny is not a directory")},
+            events_read_at=NOW.tick - 1,
+        ),
+        memory(**SEEN),
+        {
+            "memory.mount_failures": {"a-1": "hostPath type check failed: /models/tiny is not a directory"},
+            "memory.events_read_at": {"uid-a-1": NOW.tick - 1},
+            "ready": ("False", "ModelNotFound"),
+        },
+    ),
+    "pod Events refused (RBAC): the plan says so, act stops asking": (
+        observed(live=live_children(SPEC), events_forbidden="HTTP 403: forbidden"),
+        memory(**SEEN),
+        {"events_forbidden": "HTTP 403: forbidden"},
+    ),
     "requests defaulted: status.resourceDefaults says which": (
         observed(settings=SETTINGS.model_copy(update={"default_cpu_request": "500m"})),
         memory(),
@@ -241,3 +262,49 @@ def test_one_render_holds_every_child_the_scaled_object_included():
     assert desired.scaled_object is desired.objects[-1]
     assert [o["kind"] for o in desired.applied] == ["Service", "Deployment"]  # the ScaledObject has its own write
     assert render_children(NAME, NS, UID, api.parse_spec(SPEC), SETTINGS).scaled_object is None
+
+
+A1, A2, RUNNING = creating("a-1"), creating("a-2"), pod("a-3")
+
+
+# (remembered failures, remembered reads, pods, read this pass) -> (failures told, reads remembered)
+MOUNT_CASES = {
+    "nothing read, nothing remembered": ({}, {}, [A1], {}, {}, {}),
+    "a failure read": ({}, {}, [A1], {"uid-a-1": ("a-1", "no dir")}, {"a-1": "no dir"}, {"uid-a-1": 50.0}),
+    "a read that failed or found nothing: the last failure kept, the read recorded": (
+        {"a-1": "no dir"},
+        {"uid-a-1": 10.0},
+        [A1],
+        {"uid-a-1": ("a-1", None)},
+        {"a-1": "no dir"},
+        {"uid-a-1": 50.0},
+    ),
+    "not read this pass (read 5 s ago): kept as remembered": (
+        {"a-1": "no dir"},
+        {"uid-a-1": 45.0},
+        [A1, A2],
+        {"uid-a-2": ("a-2", "quota")},
+        {"a-1": "no dir", "a-2": "quota"},
+        {"uid-a-1": 45.0, "uid-a-2": 50.0},
+    ),
+    "a pod no longer creating (or gone): forgotten": (
+        {"a-3": "no dir", "gone": "x"},
+        {"uid-a-3": 45.0, "uid-gone": 1.0},
+        [RUNNING],
+        {},
+        {},
+        {},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "failures,reads,pods,read,want_failures,want_reads", list(MOUNT_CASES.values()), ids=list(MOUNT_CASES)
+)
+def test_remember_mount_failures(failures, reads, pods, read, want_failures, want_reads):
+    m = memory(mount_failures=dict(failures), events_read_at=dict(reads))
+    before = (dict(m.mount_failures), dict(m.events_read_at))
+    copied = dataclasses.replace(m)
+    assert remember_mount_failures(copied, pods, read, 50.0) == want_failures
+    assert (copied.mount_failures, copied.events_read_at) == (want_failures, want_reads)
+    assert (m.mount_failures, m.events_read_at) == before  # a copy's dicts are new: the record given stays

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from ovserve_operator import echo, intake, statusqueue
 from ovserve_operator.controller import Controller
+from ovserve_operator.memory import Memories
 from ovserve_operator.settings import Settings
 from ovserve_operator.status import stored_form
 
@@ -85,9 +86,9 @@ def ctx():
 def test_own_patch_echo_schedules_no_refresh(ctx, steps, marked):
     for step in steps:
         if step == WROTE:
-            ctx.own_writes.writing(KEY, WRITTEN)  # what refresh() records before it sends the patch
+            ctx.memories[KEY].echo.writing(WRITTEN)  # what act records before it sends the patch
         elif step == FAILED:
-            ctx.own_writes.failed(KEY)
+            ctx.memories[KEY].echo.failed()
         else:
             ctx.queue.dirty.clear()
             ctx.apply_serving_change(intake.serving_change("MODIFIED", step))
@@ -97,9 +98,10 @@ def test_own_patch_echo_schedules_no_refresh(ctx, steps, marked):
 
 
 def test_forgotten_object_starts_afresh():
-    writes = echo.OwnWrites()
-    writes.is_echo(KEY, *echo.digests(event(10)))
-    writes.writing(KEY, WRITTEN)
-    writes.forget(KEY)
-    assert not writes.is_echo(KEY, *echo.digests(event(11, STORED)))
-    assert len(writes) == 1
+    """The digests are a field of the object's memory record: its one `forget` drops them too."""
+    memories = Memories(30.0)
+    memories[KEY].echo.is_echo(*echo.digests(event(10)))
+    memories[KEY].echo.writing(WRITTEN)
+    memories.forget(KEY)
+    assert not memories[KEY].echo.is_echo(*echo.digests(event(11, STORED)))
+    assert memories[KEY].echo.seen is not None and len(memories) == 1
