@@ -1,6 +1,7 @@
-"""Act: the last step of a sync pass. Carries out a `decide.Plan`: writes back the decided memory, applies the
-children (the one apply path and the one ownership check of every child, the ScaledObject's included), patches
-the status when it changed and posts the Events of its transitions.
+"""Act: the last step of a sync pass (and `begin`, the apply of a generation, at its start). Carries out a
+`decide.Plan`: writes back the decided memory, applies the children (the one apply path and the one ownership
+check of every child, the ScaledObject's included), patches the status when it changed and posts the Events of
+its transitions.
 
 - the children are written with server-side apply (kube.apply_exact), all checked before any is written (no
   half-applied takeover): a live object of a child's name not controlled by this LLMServing is never written
@@ -8,7 +9,8 @@ the status when it changed and posts the Events of its transitions.
   apiserver refuses (4xx) is remembered with its generation for status (ApplyFailed) and retried every
   REFUSED_RETRY_S, any other failure after APPLY_RETRY_S.
 - an operator change of the pod template (an upgrade, a setting) waits for a rollout slot (rolloutbudget.py).
-- a generation's apply runs in a task beside the status write; the pass ends when both are done, so at most
+- a generation's apply (`begin`) starts as soon as the pass has looked at its caches, in a task beside the pods'
+  readback and the status write (neither waits for the other); the pass ends when both are done, so at most
   CONCURRENCY applies run at once.
 """
 
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import autoscaling_io, ownership, reasons, render, rolloutbudget, status
 from . import spec as api
-from .decide import APPLY_RETRY_S, DECIDED, REFUSED_RETRY_S, Apply, Desired, Plan
+from .decide import APPLY_RETRY_S, DECIDED, REFUSED_RETRY_S, Apply, Desired, Plan, Start
 from .kube import error_status, error_text, is_refusal
 from .memory import Memory
 from .rules import ApplyError
@@ -46,8 +48,21 @@ class ApplyRefused(Exception):
         self.target, self.code, self.message, self.reason = target, code, message, reason
 
 
+def begin(ctl: Controller, start: Start, memory: Memory) -> asyncio.Task | None:
+    """Carry out the pass's first decision at once (before the pods are read back): write back the decided record
+    and start the apply of a generation not applied yet. Returns its task (the pass awaits it last), or None."""
+    for field in DECIDED:
+        setattr(memory, field, getattr(start.memory, field))
+    if start.apply is Apply.UNCHANGED:
+        ctl.health.inc("ovserve_operator_resumes_unchanged_total")
+    if start.apply is not Apply.GENERATION or start.desired is None:
+        return None
+    task = apply_generation(ctl, start.key, start.uid, start.generation, start.desired, memory)
+    return asyncio.create_task(task, name="apply {}/{}".format(*start.key))
+
+
 async def act(ctl: Controller, plan: Plan, memory: Memory) -> bool:
-    """Carry out `plan`. True when the status was patched."""
+    """Carry out `plan` (a generation's apply is begin's, already under way). True when the status was patched."""
     for field in DECIDED:
         setattr(memory, field, getattr(plan.memory, field))
     if plan.pod_memory is not None:
@@ -56,31 +71,21 @@ async def act(ctl: Controller, plan: Plan, memory: Memory) -> bool:
         ctl.events_forbidden = True
         log.warning("cannot list pod events (%s): missing volumes show as ContainerCreating", plan.events_forbidden)
     desired = plan.desired
-    if plan.apply is Apply.UNCHANGED:
-        ctl.health.inc("ovserve_operator_resumes_unchanged_total")
-    applying = None
-    if plan.apply is Apply.GENERATION and desired is not None:
-        task = apply_generation(ctl, plan, desired, memory)
-        applying = asyncio.create_task(task, name="apply {}/{}".format(*plan.key))
-    try:
-        if plan.finish_rollout:
-            ctl.memories.budget.finished(plan.key)
-        if plan.apply is Apply.REAPPLY and desired is not None:
-            log.info("%s/%s: children missing or drifted %s: re-applying", *plan.key, plan.drifted)
-            try:
-                await apply_children(ctl, plan.key, plan.uid, plan.generation, desired, memory)
-            except Exception as e:
-                log.warning("%s/%s: re-apply failed: %s", *plan.key, error_text(e))
-        elif plan.write_scaler and desired is not None:
-            try:
-                if await ctl.call(ctl.io_pool, write_scaler, ctl, plan.key, plan.uid, desired.scaled_object, memory):
-                    ctl.mark(plan.key)  # what status says of it changed: the next pass shows it
-            except Exception as e:
-                log.warning("%s/%s: applying the ScaledObject failed: %s", *plan.key, error_text(e))
-        return await write_status(ctl, plan, memory)
-    finally:
-        if applying is not None:
-            await applying
+    if plan.finish_rollout:
+        ctl.memories.budget.finished(plan.key)
+    if plan.apply is Apply.REAPPLY and desired is not None:
+        log.info("%s/%s: children missing or drifted %s: re-applying", *plan.key, plan.drifted)
+        try:
+            await apply_children(ctl, plan.key, plan.uid, plan.generation, desired, memory)
+        except Exception as e:
+            log.warning("%s/%s: re-apply failed: %s", *plan.key, error_text(e))
+    elif plan.write_scaler and desired is not None:
+        try:
+            if await ctl.call(ctl.io_pool, write_scaler, ctl, plan.key, plan.uid, desired.scaled_object, memory):
+                ctl.mark(plan.key)  # what status says of it changed: the next pass shows it
+        except Exception as e:
+            log.warning("%s/%s: applying the ScaledObject failed: %s", *plan.key, error_text(e))
+    return await write_status(ctl, plan, memory)
 
 
 # ------------------------------------------------------------------------------------- children
@@ -194,10 +199,11 @@ async def apply_children(
     return applied
 
 
-async def apply_generation(ctl: Controller, plan: Plan, desired: Desired, memory: Memory) -> None:
-    key = plan.key
+async def apply_generation(
+    ctl: Controller, key: Key, uid: str, generation: int | None, desired: Desired, memory: Memory
+) -> None:
     try:
-        applied = await apply_children(ctl, key, plan.uid, plan.generation, desired, memory)
+        applied = await apply_children(ctl, key, uid, generation, desired, memory)
     except ApplyRefused as e:  # the status says so (ApplyFailed, PolicyDenied, NameConflict) now; retried slowly
         ctl.health.inc("ovserve_operator_apply_errors_total")
         log.warning("%s/%s: %s: %s (again in %.0f s)", *key, e.reason, e, REFUSED_RETRY_S)

@@ -9,8 +9,10 @@ builds its own `Controller(settings, kube, health)`.
   each child kind of its namespace was listed once (cache.ListGate).
 - the work queue and its loop (statusqueue.StatusController) run `sync` for every LLMServing that is dirty or due.
 - `sync(snapshot)`: observe (observe.py, reads only) -> decide (decide.py, pure: the whole status, the Events, the
-  children rendered once, what to apply) -> act (act.py: applies, patches, posts). No finalizer: deleting an
-  LLMServing never waits for the operator; its children go by garbage collection (ownerReferences).
+  children rendered once, what to apply) -> act (act.py: applies, patches, posts). The caches are observed first
+  and a generation not applied yet is decided and started from them alone (decide.begin, act.begin), so that its
+  apply runs beside the pods' readback instead of after it. No finalizer: deleting an LLMServing never waits for
+  the operator; its children go by garbage collection (ownerReferences).
 - one memory record per LLMServing (memory.py), and one `forget` when it is gone.
 
 It runs only while the process holds the leader Lease (cli.py starts kopf then), so nothing here checks it.
@@ -29,13 +31,11 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import act, autoscaling_io, cache, intake, reasons, reflector, rolloutbudget, statusqueue
+from . import act, autoscaling_io, cache, decide, intake, observe, reasons, reflector, rolloutbudget, statusqueue
 from . import spec as api
-from .decide import Now, decide
 from .health import HealthState
 from .kube import Kube, error_text
 from .memory import Memories
-from .observe import observe
 from .settings import Settings
 from .status import Event
 
@@ -203,9 +203,16 @@ class Controller:
         """The sync pass of one LLMServing (a cached snapshot): observe, decide, act. True when status was patched."""
         meta = snapshot["metadata"]
         memory = self.memories.of((meta["namespace"], meta["name"]), meta.get("uid") or "")
-        observed = await observe(self, snapshot, memory)
-        plan = decide(observed, memory, Now(dt.datetime.now(dt.UTC), time.monotonic()))
-        return await act.act(self, plan, memory)
+        observed = observe.cached(self, snapshot, memory)  # no I/O: a generation's apply never waits for the pods
+        start = decide.begin(observed, memory, _now())
+        applying = act.begin(self, start, memory)
+        try:
+            observed = await observe.read(self, observed, memory)  # the pods' reports, their Events, KEDA
+            plan = decide.decide(observed, memory, _now(), start)
+            return await act.act(self, plan, memory)
+        finally:
+            if applying is not None:
+                await applying
 
     def forget(self, key: Key) -> None:
         """A deleted LLMServing: drop everything remembered of it."""
@@ -277,6 +284,10 @@ class Controller:
         for r in out:
             r.start()
         return out
+
+
+def _now() -> decide.Now:
+    return decide.Now(dt.datetime.now(dt.UTC), time.monotonic())
 
 
 def _unreadable_metric(r: reflector.Reflector) -> str:

@@ -6,8 +6,9 @@ they are applied. `act` carries it out. No I/O, no clock, no global: table-teste
 
 What is applied when (level-triggered, as in kubernetes/sample-controller: the desired children against the
 live ones, every pass):
-- a generation not applied yet: at once (GENERATION); a new leader whose live children already are as rendered
-  records the generation as applied and writes nothing (UNCHANGED);
+- a generation not applied yet: at once (GENERATION), decided by `begin` from the caches alone, so that act.begin
+  starts it before the pods are read back; a new leader whose live children already are as rendered records the
+  generation as applied and writes nothing (UNCHANGED);
 - a child missing: re-applied at most every MISSING_REAPPLY_AFTER_S after the last apply (REFUSED_RETRY_S when the
   apiserver refused this very spec); a child edited by hand: at once, then at most every REAPPLY_AFTER_S (never a
   tight fight with another controller); a Deployment held by the rollout budget once a slot frees (REAPPLY);
@@ -126,12 +127,47 @@ class Plan:
     events_forbidden: str | None = None  # pod Events may not be read (RBAC): stop asking (observe found it)
 
 
-def decide(observed: Observed, memory: Memory, now: Now) -> Plan:
-    """The whole outcome of one pass (pure: `memory` is read, never changed; the decided record is in the Plan)."""
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """A pass's first decision, from the caches alone (observe.cached): the children rendered (once a pass; `decide`
+    takes them from here) and whether a generation not applied yet is applied (GENERATION: act.begin starts it at
+    once, so that it never waits for the pods' readback; UNCHANGED: a new leader finds it applied)."""
+
+    key: tuple[str, str]
+    uid: str
+    generation: int | None
+    desired: Desired | None
+    apply: Apply
+    memory: Memory  # the record as decided (act.begin writes back DECIDED)
+
+
+def begin(observed: Observed, memory: Memory, now: Now) -> Start:
+    """The pass's first decision (pure: `memory` is read, never changed)."""
+    o = observed
+    m = _copy(memory)
+    if o.unreadable is not None or isinstance(o.spec, ValidationError):
+        return Start(o.key, o.uid, o.generation, None, Apply.NONE, m)
+    (namespace, name) = o.key
+    desired = render_children(name, namespace, o.uid, o.spec, o.settings)
+    return Start(o.key, o.uid, o.generation, desired, _generation_apply(o, m, desired, now.tick), m)
+
+
+def _copy(memory: Memory) -> Memory:
+    return dataclasses.replace(memory, children_seen=set(memory.children_seen))  # decided on a copy
+
+
+def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = None) -> Plan:
+    """The whole outcome of one pass (pure: `memory` is read, never changed; the decided record is in the Plan).
+    `start`: the pass's first decision, when it was taken (and carried out) before the reads that `observed` adds
+    (controller.sync); otherwise it is taken here."""
     o = observed
     (namespace, name), generation = o.key, o.generation
     previous = memory.last_status or o.stored
-    m = dataclasses.replace(memory, children_seen=set(memory.children_seen))  # decided on a copy
+    if start is None:
+        start = begin(o, memory, now)
+        m = start.memory
+    else:  # act.begin wrote its decisions back into `memory` already
+        m = _copy(memory)
     if o.unreadable is not None:
         result = status.unreadable_status(generation=generation, message=o.unreadable, previous=previous, now=now.wall)
         return _plan(o, memory, m, result.status, previous)
@@ -146,8 +182,8 @@ def decide(observed: Observed, memory: Memory, now: Now) -> Plan:
         )
         return _plan(o, memory, m, result.status, previous)
     spec = o.spec
-    desired = render_children(name, namespace, o.uid, spec, o.settings)
-    apply = _generation_apply(o, m, desired, now.tick)
+    desired, apply = start.desired, start.apply
+    assert desired is not None  # rendered for every readable, valid spec
 
     rendered_hash = desired.template_hash
     # held back by the rollout budget: the live template is the current one (and not healed meanwhile)

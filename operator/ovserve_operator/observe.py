@@ -1,8 +1,10 @@
 """Observe: the first step of a sync pass. Everything one LLMServing's status and children are decided from, read
-from the controller's caches and, where no cache can hold it, from the pods and the apiserver: the runtime
-reports (GET /v1/status of each pod), the mount-failure Events of pods stuck creating, KEDA's ScaledObject and
-HPA. Nothing is written anywhere, the memory record included: it is read (which pods' Events are due: at most
-one LIST per pod every EVENTS_EVERY_S), and what was read goes to `decide` in the `Observed`.
+in two parts: `cached`, from the controller's caches (the object, its pods and live children: no I/O, so that a
+generation's apply, decided from these alone, starts at once), then `read`, where no cache can hold it, from the
+pods and the apiserver: the runtime reports (GET /v1/status of each pod), the mount-failure Events of pods stuck
+creating, KEDA's ScaledObject and HPA. Nothing is written anywhere, the memory record included: it is read
+(which pods' Events are due: at most one LIST per pod every EVENTS_EVERY_S), and what was read goes to `decide`
+in the `Observed`.
 """
 
 from __future__ import annotations
@@ -82,8 +84,9 @@ def parse(snapshot: Mapping[str, Any]) -> api.LLMServingSpec | ValidationError:
         return e
 
 
-async def observe(ctl: Controller, snapshot: Mapping[str, Any], memory: Memory) -> Observed:
-    """Read what one pass decides from (reads only)."""
+def cached(ctl: Controller, snapshot: Mapping[str, Any], memory: Memory) -> Observed:
+    """What the controller's caches hold of one LLMServing: the object, its pods and live children (no I/O, no
+    wait). Enough to decide a generation's apply (decide.begin), which therefore never waits for the pods."""
     meta = snapshot["metadata"]
     key, uid = (meta["namespace"], meta["name"]), meta.get("uid") or ""
     stored = stored_status(snapshot, memory)
@@ -94,29 +97,34 @@ async def observe(ctl: Controller, snapshot: Mapping[str, Any], memory: Memory) 
         return Observed(snapshot, ctl.settings, typed, stored)
     pods = list(ctl.pods.get(key, []))
     live = {kind: ours(ctl.cache_of(kind).get(key, []), uid) for kind in CHILDREN}
-    budget = ctl.memories.budget.view(key, memory.rollout_hold)
-    reports = await readback.read_reports(pods, timeout=ctl.settings.status_http_timeout_s)
+    return Observed(snapshot, ctl.settings, typed, stored, pods=pods, live=live)
+
+
+async def read(ctl: Controller, observed: Observed, memory: Memory) -> Observed:
+    """`observed` (from `cached`) with what only the pods and the apiserver can tell: the pods' runtime reports
+    (GET /v1/status, up to the readback timeout), the Events of pods stuck creating, KEDA's ScaledObject and HPA,
+    and the rollout budget as it is after those reads (reads only)."""
+    o = observed
+    if o.unreadable is not None or isinstance(o.spec, ValidationError):
+        return o
+    (namespace, name), uid = o.key, o.uid
+    reports = await readback.read_reports(o.pods, timeout=ctl.settings.status_http_timeout_s)
     events_read_at = time.monotonic()
-    pod_events, events_forbidden = await read_pod_events(ctl, memory, key[0], pods, events_read_at)
+    pod_events, events_forbidden = await read_pod_events(ctl, memory, namespace, o.pods, events_read_at)
     scaler = None
-    if typed.autoscaling is not None:
+    if o.spec.autoscaling is not None:
         try:
-            scaler = await ctl.call(ctl.io_pool, autoscaling_io.read, ctl.kube, ctl.keda, key[1], key[0], uid)
+            scaler = await ctl.call(ctl.io_pool, autoscaling_io.read, ctl.kube, ctl.keda, name, namespace, uid)
         except Exception as e:
-            log.warning("%s/%s: reading the autoscaler failed: %s", *key, error_text(e))
-    return Observed(
-        snapshot,
-        ctl.settings,
-        typed,
-        stored,
-        pods=pods,
-        live=live,
+            log.warning("%s/%s: reading the autoscaler failed: %s", namespace, name, error_text(e))
+    return dataclasses.replace(
+        o,
         reports=reports,
         pod_events=pod_events,
         events_read_at=events_read_at,
         events_forbidden=events_forbidden,
         scaler=scaler,
-        budget=budget,
+        budget=ctl.memories.budget.view(o.key, memory.rollout_hold),
     )
 
 

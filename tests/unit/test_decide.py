@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ovserve_operator import autoscaling_io, intake, render, rolloutbudget
 from ovserve_operator import spec as api
-from ovserve_operator.decide import Apply, Now, decide, render_children
+from ovserve_operator.decide import DECIDED, Apply, Now, begin, decide, render_children
 from ovserve_operator.memory import Memory, remember_mount_failures
 from ovserve_operator.observe import Observed, parse
 from ovserve_operator.readback import ReadbackMemory
@@ -308,3 +308,25 @@ def test_remember_mount_failures(failures, reads, pods, read, want_failures, wan
     assert remember_mount_failures(copied, pods, read, 50.0) == want_failures
     assert (copied.mount_failures, copied.events_read_at) == (want_failures, want_reads)
     assert (m.mount_failures, m.events_read_at) == before  # a copy's dicts are new: the record given stays
+
+
+@pytest.mark.parametrize(
+    "obs,mem,want",
+    [
+        (observed(), memory(), Apply.GENERATION),  # a create: applied at once, from the caches alone
+        (observed(live=live_children(SPEC)), memory(), Apply.UNCHANGED),  # a new leader, children as rendered
+        (observed(live=live_children(SPEC)), memory(**SEEN), Apply.NONE),  # applied already
+        (observed(unreadable="forbidden"), memory(), Apply.NONE),
+    ],
+)
+def test_begin_decides_a_generations_apply_from_the_caches_and_decide_carries_it(obs, mem, want):
+    """begin (what act.begin starts before the pods are read back) and then decide with its Start: the same plan as
+    decide alone, the children rendered once (begin's)."""
+    start = begin(obs, mem, NOW)
+    assert start.apply is want
+    carried = copy.deepcopy(mem)
+    for field in DECIDED:  # act.begin writes the decided record back
+        setattr(carried, field, getattr(start.memory, field))
+    plan, alone = decide(obs, carried, NOW, start), decide(obs, mem, NOW)
+    assert plan.apply is alone.apply is want and plan.status == alone.status
+    assert plan.desired is start.desired
