@@ -51,6 +51,12 @@ SETTINGS: dict[str, tuple[dict, dict]] = {
     "dq-32": ({"DYNAMIC_QUANTIZATION_GROUP_SIZE": 32}, {}),
     "dq-64": ({"DYNAMIC_QUANTIZATION_GROUP_SIZE": 64}, {}),
     "dq-128": ({"DYNAMIC_QUANTIZATION_GROUP_SIZE": 128}, {}),
+    "dq-256": ({"DYNAMIC_QUANTIZATION_GROUP_SIZE": 256}, {}),
+    "f32-dq-128": ({"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 128}, {}),
+    "f32-dq-128-kv-u8": (
+        {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 128, "KV_CACHE_PRECISION": "u8"},
+        {},
+    ),
     "f32-kv-u8": ({"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "u8"}, {}),
     "kv-k8-v4": ({"KEY_CACHE_PRECISION": "u8", "VALUE_CACHE_PRECISION": "u4"}, {"cache_size": 1}),
     "pin-off": ({"ENABLE_CPU_PINNING": False}, {}),

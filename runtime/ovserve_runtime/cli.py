@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from . import decisions, isa, memguard, tuning
+from .engine import pages
 from .flags import RuntimeFlags, add_arguments, from_sources
 from .openai import assistant, thinking
 from .report import (
@@ -245,6 +246,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         "decisions: %s",
         "; ".join(f"{k}={d.value} ({d.source.value})" for k, d in record.items()),
     )
+    pages.trim_heap()  # what loading freed (the probe's IR, the tokenizer's compile) goes back to the system
     guard_task = _start_memory_guard(args, engine, stop) if not engine.in_process else None
     await stop_task
     if guard_task is not None:

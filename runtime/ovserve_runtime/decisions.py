@@ -175,7 +175,7 @@ def record(
     d.kvCachePrecision = decide(
         asked.kv_cache_precision,
         o.kv_cache_precision,
-        detail_auto=f"{chosen}; {o.kv_cache_how}" if chosen else o.kv_cache_how,
+        detail_auto=f"{o.kv_cache_how}; {chosen}" if chosen else o.kv_cache_how,
         detail_asked=o.kv_cache_how,
     )
     d.kvCacheGB = kv_cache_gb(o)

@@ -27,7 +27,25 @@ class Choice:
 SETTINGS = ("kv_cache_precision", "inference_precision", "dynamic_quantization_group_size")
 
 # class -> setting -> choice. Only measured rows (benchmarks/engine_sweep.py on bench-qwen, docs/benchmarks.md).
-PROFILES: dict[IsaClass, dict[str, Choice]] = {}
+PROFILES: dict[IsaClass, dict[str, Choice]] = {
+    IsaClass.AVX512_BF16: {  # AMD EPYC (Zen 4), 2 cores, 2026-12-07; Intel Cooper Lake shares the class
+        "dynamic_quantization_group_size": Choice(
+            "128",
+            "engine_sweep, bench-qwen int8: group 128 against the plugin's 32, x1.10-1.48 tok/s at 16 streams, "
+            "x1.19-1.59 at 64, 1 stream within noise; greedy tokens nearer the f32 reference",
+        ),
+        "inference_precision": Choice(
+            "f32",
+            "engine_sweep: with group-128 quantization x1.14/1.17/1.19 tok/s at 1/16/64 streams against the "
+            "plugin's bf16; greedy tokens nearer the f32 reference",
+        ),
+        "kv_cache_precision": Choice(
+            "u8",
+            "engine_sweep: with f32 inference the pipeline would allocate f16; u8 is x1.02/1.09/1.12 tok/s at "
+            "1/16/64 streams and half the KV-cache bytes",
+        ),
+    },
+}
 
 
 @dataclass(frozen=True)

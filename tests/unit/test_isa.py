@@ -108,7 +108,7 @@ def test_the_record_says_what_was_chosen_for_the_cpu_and_why() -> None:
     asked = dec.Asked(dynamic_quantization_group_size=None)
     d = dec.record(asked, observed, VERSIONS, max_position=None, speculative=SpeculativeReport(), tuning=tuned)
     assert d.kvCachePrecision.value == "u8" and d.kvCachePrecision.source == Source.AUTOMATIC
-    assert d.kvCachePrecision.detail.startswith("chosen for avx512-bf16: 1.1x at 16 streams; measured")
+    assert d.kvCachePrecision.detail == "measured; chosen for avx512-bf16: 1.1x at 16 streams"
     assert (d.dynamicQuantization.value, d.dynamicQuantization.detail) == (
         "64",
         "chosen for avx512-bf16: 1.05x at 1 stream",
