@@ -1,6 +1,7 @@
-"""Export a local checkpoint to OpenVINO IR with int8 weight compression (+ tokenizer/detokenizer).
+"""Export a local checkpoint to OpenVINO IR with weight compression (+ tokenizer/detokenizer).
 
-usage: python export_int8.py HF_DIR OUT_DIR
+usage: python export_int8.py HF_DIR OUT_DIR [--mode int8_asym|int8_sym|int4_sym|int4_asym] [--group-size 128]
+(int4: data-free, every layer in 4 bits, nncf keeps the embeddings int8)
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("hf_dir")
     ap.add_argument("out")
+    ap.add_argument("--mode", default="int8_asym", choices=["int8_asym", "int8_sym", "int4_sym", "int4_asym"])
+    ap.add_argument("--group-size", type=int, default=128, help="int4 only")
     a = ap.parse_args()
     t0 = time.time()
     import nncf
@@ -31,14 +34,16 @@ def main() -> None:
         model_loading_kwargs={"attn_implementation": "sdpa"},
         local_files_only=True,
     )
-    # int8 weights, explicitly (optimum only compresses models over 1B parameters by itself)
+    # compressed weights, explicitly (optimum only compresses models over 1B parameters by itself)
     xml = os.path.join(a.out, "openvino_model.xml")
-    model = nncf.compress_weights(ov.Core().read_model(xml), mode=nncf.CompressWeightsMode.INT8_ASYM)
+    mode = getattr(nncf.CompressWeightsMode, a.mode.upper())
+    extra = {"group_size": a.group_size, "ratio": 1.0} if a.mode.startswith("int4") else {}
+    model = nncf.compress_weights(ov.Core().read_model(xml), mode=mode, **extra)
     ov.save_model(model, xml + ".int8.xml")
     del model
     for ext in ("xml", "bin"):
         os.replace(xml[:-3] + "xml.int8." + ext, xml[:-3] + ext)
-    print(f"  exported int8 in {time.time() - t0:.1f}s")
+    print(f"  exported {a.mode} in {time.time() - t0:.1f}s")
 
 
 if __name__ == "__main__":
