@@ -155,6 +155,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         pipeline_type=requested,
         device=args.device,
         properties=props,
+        encoder_properties=plugin_properties(args),
         engine_process=args.engine_process,
         scheduler=SchedulerOptions(
             **run_args.model_dump(include={f.name for f in dataclasses.fields(SchedulerOptions)})
@@ -214,7 +215,8 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         report.versions,
         max_position=loaded.max_position,
         speculative=speculative,
-        tuning=tuned,
+        # the rows are measured on text generation: an embeddings or rerank serving runs as asked (its CPU noted)
+        tuning=tuned if loaded.task.resolved == Task.TEXT_GENERATION else tuning.Tuning(tuned.isa, tuned.device),
     )
     if loaded.task.resolved == Task.TEXT_GENERATION:  # embeddings and rerank read no tool calls
         record = record.model_copy(update=assistant.decisions(app.parsers))

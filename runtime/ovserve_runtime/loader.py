@@ -32,6 +32,9 @@ class LoadOptions:
     device: str = "CPU"
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     properties: dict[str, Any] = field(default_factory=dict)  # e.g. INFERENCE_NUM_THREADS
+    # embeddings and rerank: the properties as asked, without the text-generation defaults tuning.py chose for
+    # the CPU (measured on generation only); None: `properties`
+    encoder_properties: dict[str, Any] | None = None
     structural_check: bool = True
     # text CB models: the pipeline in an engine-core child process (engine/process.py), not a thread here
     engine_process: bool = True

@@ -47,6 +47,10 @@ def _failed(flags: RuntimeFlags, task: TaskReport, reason: Reason, message: str)
     return TaskLoadFailure(pipeline_resolve.failed_report(flags.pipeline_type, reason, message), task)
 
 
+def _encoder_properties(opts: LoadOptions) -> dict:
+    return opts.properties if opts.encoder_properties is None else opts.encoder_properties
+
+
 def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Loaded:
     """Resolve the task, then load its pipeline and prove it with a smoke call; TaskLoadFailure otherwise."""
     facts = read_facts(opts.model_path)
@@ -88,7 +92,7 @@ def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Lo
             from . import embeddings
 
             try:
-                service: Any = embeddings.load(flags, served_name, limit, opts.properties)
+                service: Any = embeddings.load(flags, served_name, limit, _encoder_properties(opts))
             except embeddings.TaskFailureError as exc:
                 raise _failed(flags, task, exc.failure.reason, exc.failure.message) from exc
             embeddings_report = service.report
@@ -96,7 +100,7 @@ def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Lo
         else:
             from . import rerank
 
-            service = rerank.load(flags, served_name, limit, opts.properties)
+            service = rerank.load(flags, served_name, limit, _encoder_properties(opts))
             resolved = TaskPipeline.TEXT_RERANK
     except TaskLoadFailure:
         raise
