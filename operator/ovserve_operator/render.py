@@ -152,6 +152,7 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
         "embeddings_max_batch": emb.maxBatch,
         "rerank_max_documents": rerank.maxDocuments,
         "inference_precision": spec.inferencePrecision,
+        "dynamic_quantization_group_size": spec.dynamicQuantizationGroupSize,
         **_eviction_flags(sched),
         **_speculative_flags(name, spec),
     }

@@ -735,9 +735,18 @@ class LLMServingSpec(_Strict):
     )
     inferencePrecision: Literal["AUTO", "f32", "bf16", "f16"] | None = Field(
         None,
-        description="INFERENCE_PRECISION_HINT of the model (and of a draft): AUTO (the plugin's: bf16 on a CPU with "
-        "AMX/AVX512-BF16, f16 on a GPU), f32, bf16, f16; status.decisions.inferencePrecision says what runs. "
-        "Greedy output with speculation equals the output without it token for token in f32.",
+        description="INFERENCE_PRECISION_HINT of the model (and of a draft): AUTO (text generation on a CPU: the "
+        "value measured best for its instruction set where measured, else the plugin's: bf16 on a CPU with "
+        "AMX/AVX512-BF16, f16 on a GPU), f32, bf16, f16; status.decisions.inferencePrecision says what runs and "
+        "why. Greedy output with speculation equals the output without it token for token in f32.",
+    )
+    dynamicQuantizationGroupSize: int | None = Field(
+        None,
+        ge=0,
+        le=1 << 20,
+        description="CPU: DYNAMIC_QUANTIZATION_GROUP_SIZE, activations quantized on the fly in groups of this size "
+        "for int8/int4 weights (0 = off). Unset: for text generation the value measured best for the CPU's "
+        "instruction set where measured, else the plugin's; status.decisions.dynamicQuantization says what runs.",
     )
 
     @model_validator(mode="after")

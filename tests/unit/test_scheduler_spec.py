@@ -85,3 +85,24 @@ def test_inference_precision(value, args):
     got = render.runtime_args("llm", api.parse_spec({"model": HOST, **extra}), 30)
     assert (" ".join(args) in " ".join(got)) if args else "--inference-precision" not in got
     from_sources(vars(build_parser().parse_args(got)), {})
+
+
+@pytest.mark.parametrize(
+    "value,args,error",
+    [
+        (None, [], None),  # unset: the runtime chooses for the CPU (tuning.py)
+        (0, ["--dynamic-quantization-group-size", "0"], None),  # off, asked: it wins
+        (64, ["--dynamic-quantization-group-size", "64"], None),
+        (-1, None, "greater than or equal to 0"),
+    ],
+)
+def test_dynamic_quantization_group_size(value, args, error):
+    extra = {"dynamicQuantizationGroupSize": value} if value is not None else {}
+    if error:
+        with pytest.raises(ValueError, match=error):
+            api.parse_spec({"model": HOST, **extra})
+        return
+    got = render.runtime_args("llm", api.parse_spec({"model": HOST, **extra}), 30)
+    assert (" ".join(args) in " ".join(got)) if args else "--dynamic-quantization-group-size" not in got
+    flags = from_sources(vars(build_parser().parse_args(got)), {})
+    assert flags.dynamic_quantization_group_size == value
