@@ -161,7 +161,8 @@ class RuntimeFlags(BaseModel):
         None,
         Group.SCHEDULER,
         "TYPE",
-        "KV-cache element type (KV_CACHE_PRECISION): AUTO (the plugin and openvino-genai decide), u8, u4, f16, "
+        "KV-cache element type (KV_CACHE_PRECISION): AUTO (on a CPU the value measured best for its instruction "
+        "set where measured, else the plugin and openvino-genai decide), u8, u4, f16, "
         "bf16, f32 (the CPU plugin refuses f32 when it runs bf16 inference: ModelLoadFailed); u4 needs a fixed "
         "--cache-size-gb (openvino-genai 2026.4 corrupts memory when a u4 cache grows). What runs is measured and "
         "reported in /v1/status decisions.kvCachePrecision",
@@ -356,8 +357,9 @@ class RuntimeFlags(BaseModel):
         None,
         Group.MODEL,
         "TYPE",
-        "INFERENCE_PRECISION_HINT: AUTO (the plugin's: bf16 on a CPU with AMX/AVX512-BF16, f16 on a GPU), f32, bf16, "
-        "f16; the resolved value is in /v1/status decisions.inferencePrecision",
+        "INFERENCE_PRECISION_HINT: AUTO (text generation on a CPU: the value measured best for its instruction set "
+        "where measured, docs/runtime.md; else the plugin's: bf16 on a CPU with AMX/AVX512-BF16, f16 on a GPU), "
+        "f32, bf16, f16; the resolved value is in /v1/status decisions.inferencePrecision",
         shown="AUTO",
     )
     dynamic_quantization_group_size: int | None = _flag(
