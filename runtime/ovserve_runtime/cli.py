@@ -294,7 +294,7 @@ def plugin_properties(args: RuntimeFlags) -> dict:
     props: dict = {"INFERENCE_NUM_THREADS": args.inference_threads} if args.inference_threads else {}
     if args.inference_precision and args.inference_precision != "AUTO":
         props["INFERENCE_PRECISION_HINT"] = args.inference_precision
-    if args.dynamic_quantization_group_size is not None and args.device.split(".")[0].upper() == "CPU":
+    if args.dynamic_quantization_group_size is not None and tuning.on_cpu(args.device):
         props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = args.dynamic_quantization_group_size
     return props
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .report import Decision, Decisions, Source, SpeculativeReport, Versions
-from .tuning import Tuning
+from .tuning import Tuning, on_cpu
 
 AUTO = "AUTO"
 GB = 1024**3
@@ -147,7 +147,7 @@ def record(
             o.dynamic_quantization_group_size,
             detail_auto=auto("dynamic_quantization_group_size", "plugin default on this device"),
         )
-    if tuning is not None and tuning.device.split(".")[0].upper() == "CPU":
+    if tuning is not None and on_cpu(tuning.device):
         cpu = tuning.isa
         d.cpu = Decision(
             value=cpu.level.value,

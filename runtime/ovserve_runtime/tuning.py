@@ -65,6 +65,11 @@ class Tuning:
         return {k: int(c.value) if k == "dynamic_quantization_group_size" else c.value for k, c in self.chosen.items()}
 
 
+def on_cpu(device: str) -> bool:
+    """CPU, CPU.0: the devices the rows are for (a GPU is not tuned here)."""
+    return device.split(".")[0].upper() == "CPU"
+
+
 def is_auto(value: object) -> bool:
     return value is None or (isinstance(value, str) and value.upper() == "AUTO")
 
@@ -73,7 +78,7 @@ def choose(
     isa: CpuIsa, device: str, asked: dict[str, object], profiles: dict[IsaClass, dict[str, Choice]] | None = None
 ) -> Tuning:
     """The settings of `isa`'s row that `asked` (RuntimeFlags field -> value) leaves AUTO; none off the CPU."""
-    if device.split(".")[0].upper() != "CPU":
+    if not on_cpu(device):
         return Tuning(isa=isa, device=device)
     row = (PROFILES if profiles is None else profiles).get(isa.level, {})
     chosen = {k: c for k, c in row.items() if k in SETTINGS and is_auto(asked.get(k))}
