@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -12,13 +12,79 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from .report import RuntimeReport
 
 disable_created_metrics()  # no *_created samples: they only add noise to scrapes
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# The model-server protocol of the Gateway API Inference Extension (GIE proposal 003) under ovserve's names; the
+# endpoint picker's `openvino` engine config maps them (operator/ovserve_operator/routing.py, docs/routing.md).
+KV_USAGE_RATIO = "ovserve_kv_cache_usage_ratio"
+CACHE_CONFIG_INFO = "ovserve_kv_cache_config_info"
+CACHE_BLOCK_SIZE_LABEL = "block_size"
+CACHE_NUM_BLOCKS_LABEL = "num_blocks"
+CACHE_PREFIX_LABEL = "enable_prefix_caching"
+# Tokens per KV-cache block of the PagedAttention op as the OpenVINO plugins compile it: the value cache's shape is
+# [blocks, kv_heads, block_size, head_size] (tests/runtime/test_routing_gauges.py reads it back on CPU).
+PAGED_BLOCK_TOKENS = {"CPU": 32, "GPU": 16}
+_DYNAMIC_CACHE = "dynamic"  # decisions.kv_cache_gb: the cache grows on demand, no fixed number of blocks
+
+
+def cache_config(rep: RuntimeReport) -> dict[str, str] | None:
+    """The labels of ovserve_kv_cache_config_info for a report, None where no paged KV cache runs (the legacy
+    pipeline, a task without generation, a pod not loaded yet): block size in tokens, blocks (empty while the cache
+    grows on demand: no fixed number is true) and whether prefix caching is on."""
+    p, d = rep.pipeline, rep.decisions
+    if rep.state != "ready" or not p.continuousBatching or d is None:
+        return None
+    device = (d.device.value if d.device and d.device.value else rep.device).split(".")[0].split(":")[0].upper()
+    block = PAGED_BLOCK_TOKENS.get(device)
+    if block is None:
+        return None
+    fixed = d.kvCacheGB is not None and d.kvCacheGB.value not in (None, _DYNAMIC_CACHE)
+    blocks = d.kvCacheBlocks.value if fixed and d.kvCacheBlocks and d.kvCacheBlocks.value else ""
+    prefix = d.prefixCaching is not None and (d.prefixCaching.value or "").lower() == "true"
+    return {
+        CACHE_BLOCK_SIZE_LABEL: str(block),
+        CACHE_NUM_BLOCKS_LABEL: blocks,
+        CACHE_PREFIX_LABEL: str(prefix).lower(),
+    }
+
+
+class PagedCacheCollector(Collector):
+    """The two families only a paged KV cache can tell, exported only where one runs (no zero that would attract
+    traffic to a legacy pod): the cache usage as a ratio (0-1) and the cache's configuration as an info gauge."""
+
+    def __init__(self) -> None:
+        self.usage: float | None = None  # the last step's usage, 0-100; None: no paged cache
+        self.config: dict[str, str] | None = None
+
+    def describe(self) -> list[Metric]:
+        return []  # families appear and disappear with the pipeline: never checked at registration
+
+    def collect(self) -> Iterator[Metric]:
+        if self.config is None or self.usage is None:
+            return
+        yield GaugeMetricFamily(
+            KV_USAGE_RATIO,
+            "KV-cache usage of the continuous batching pipeline at its last step, 0-1 (the endpoint picker's "
+            "kvUsageSpec); 0 when no request is in the pipeline; absent for the legacy pipeline (no paged cache)",
+            value=min(1.0, max(0.0, self.usage / 100.0)),
+        )
+        info = GaugeMetricFamily(
+            CACHE_CONFIG_INFO,
+            "The paged KV cache (value 1): block_size in tokens, num_blocks (empty while the cache grows on "
+            "demand), enable_prefix_caching; absent for the legacy pipeline",
+            labels=list(self.config),
+        )
+        info.add_metric(list(self.config.values()), 1.0)
+        yield info
+
+
 _TPOT = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
@@ -144,6 +210,8 @@ class Metrics:
         self.task_info = Gauge(
             "ovserve_task_info", "The task this serving runs (value 1; empty until resolved)", ["task"], registry=r
         )
+        self.paged = PagedCacheCollector()
+        r.register(self.paged)
         self._info_labels: tuple[str, ...] | None = None
         self._task_label: str | None = None
         self.engine = None
@@ -179,6 +247,7 @@ class Metrics:
             self.task_info.remove(self._task_label)
         self.task_info.labels(task).set(1)
         self._task_label = task
+        self.paged.config = cache_config(rep)
 
     def _speculation(self, now: tuple[int, int, int]) -> None:
         """The engine's cumulative counts as counter increments since the last scrape."""
@@ -198,6 +267,7 @@ class Metrics:
             # None: no figure (the legacy pipeline, a CB engine that broke): nothing is using a KV cache
             usage = e.cache_usage()
             self.kv_cache.set(usage or 0.0)
+            self.paged.usage = usage
             counts = getattr(e, "speculation_counts", None)
             if counts is not None:
                 self._speculation(counts())
