@@ -14,6 +14,9 @@ builds its own `Controller(settings, kube, health)`.
   apply runs beside the pods' readback instead of after it. No finalizer: deleting an LLMServing never waits for
   the operator; its children go by garbage collection (ownerReferences).
 - one memory record per LLMServing (memory.py), and one `forget` when it is gone.
+- the Nodes (one cluster-wide reflector, outside the gate: no sync waits for them): a node fault or a cordon marks
+  the LLMServings with pods on that node, whose status then names it (nodes.py). An operator not allowed to read
+  Nodes says so once and goes on without node facts.
 
 It runs only while the process holds the leader Lease (cli.py starts kopf then), so nothing here checks it.
 """
@@ -31,7 +34,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import act, autoscaling_io, cache, decide, intake, observe, reasons, reflector, rolloutbudget, statusqueue
+from . import act, autoscaling_io, cache, decide, intake, nodes, observe, reasons, reflector, rolloutbudget, statusqueue
 from . import spec as api
 from .health import HealthState
 from .kube import Kube, error_text
@@ -67,7 +70,12 @@ class Controller:
         self.pods = cache.Cache()
         self.deployments = cache.Cache()
         self.services = cache.Cache()
+        self.pdbs = cache.Cache()
         self.gate = cache.ListGate()
+        self.nodes: dict[str, nodes.NodeView] = {}  # name -> view (few, small: not packed)
+        self.node_uids: dict[str, str] = {}
+        self.nodes_known = False  # listed, and readable: a pod's Node absent from `nodes` was deleted
+        self.nodes_refused: str | None = None  # why the Nodes cannot be read (RBAC), if they cannot
         self.reflectors: list[reflector.Reflector] = []
         self.list_stamps: dict[str, int] = {}  # reflector name -> its cache's stamp when its LIST began
         self.event_tasks: set[asyncio.Task] = set()  # Events about the operator itself, being posted
@@ -80,9 +88,13 @@ class Controller:
 
     def cache_of(self, kind: str) -> cache.Cache:
         """The cache of `kind`: the LLMServings', or a child kind's."""
-        return {"Pod": self.pods, "Deployment": self.deployments, "Service": self.services, api.KIND: self.llmservings}[
-            kind
-        ]
+        return {
+            "Pod": self.pods,
+            "Deployment": self.deployments,
+            "Service": self.services,
+            "PodDisruptionBudget": self.pdbs,
+            api.KIND: self.llmservings,
+        }[kind]
 
     # --------------------------------------------------------------------------------- marks
 
@@ -132,19 +144,62 @@ class Controller:
     def on_child_event(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
         self.apply_child_change(intake.child_change(kind, event_type, body))
 
+    def apply_node_change(self, change: intake.NodeChange) -> None:
+        """Put or drop the Node; when what status reads of it changed, mark the LLMServings with pods on it."""
+        before = self.nodes.get(change.name)
+        if change.view is None:
+            self.nodes.pop(change.name, None)
+            self.node_uids.pop(change.name, None)
+        else:
+            self.nodes[change.name] = change.view
+            self.node_uids[change.name] = change.uid
+        if before != change.view and self.nodes_known:
+            self.mark_node(change.name)
+
+    def mark_node(self, name: str) -> None:
+        """Mark every LLMServing with a pod on node `name` (a node fault, a cordon: rare, so a scan)."""
+        for key in list(self.llmservings):
+            if any(nodes.node_name(p) == name for p in self.pods.get(key, [])):
+                self.mark(key)
+
     def apply_change(self, change: intake.Change) -> None:
         if isinstance(change, intake.ServingChange):
             self.apply_serving_change(change)
+        elif isinstance(change, intake.NodeChange):
+            self.apply_node_change(change)
         else:
             self.apply_child_change(change)
 
+    def nodes_synced(self, uids: set[str]) -> None:
+        """The Nodes' LIST ended: drop those deleted unseen; from now an absent Node is a deleted one. The
+        LLMServings with pods on a node that is faulty, cordoned or gone are marked (a new leader's first look)."""
+        gone = [n for n, uid in self.node_uids.items() if uid not in uids]
+        for name in gone:
+            self.nodes.pop(name, None)
+            self.node_uids.pop(name, None)
+        if not self.nodes_known:
+            log.info("nodes listed: %d (node faults are named in status)", len(self.nodes))
+        self.nodes_known = True
+        bad = {n for n, v in self.nodes.items() if nodes.fault(n, v, True) or v.unschedulable}
+        for key in list(self.llmservings):  # one scan: their pods' nodes faulty, cordoned or gone (never listed)
+            on = {nodes.node_name(p) for p in self.pods.get(key, [])} - {""}
+            if on & bad or on - self.nodes.keys():
+                self.mark(key)
+
     def listed(self, r: reflector.Reflector, changes: list[intake.Change], first: bool) -> None:
+        if r.kind == intake.NODE:
+            for change in changes:
+                self.apply_change(change)
+            return
         if first:  # what this LIST does not return, put before it began, was deleted unseen: `synced` drops it
             self.list_stamps[r.name] = self.cache_of(r.kind).stamp()
         for change in changes:
             self.apply_change(change)
 
     def synced(self, r: reflector.Reflector, uids: set[str]) -> None:
+        if r.kind == intake.NODE:
+            self.nodes_synced(uids)
+            return
         store = self.cache_of(r.kind)
         keys = store.prune(uids, self.list_stamps.pop(r.name, 0), r.namespace or None)
         self.health.inc("ovserve_operator_lists_total")  # every kind's: one per kind and namespace, more after a 410
@@ -164,6 +219,16 @@ class Controller:
         written), and a metric, a log line and an Event on the operator's Lease say so."""
         self.health.inc("ovserve_operator_reflector_refusals_total")
         self.health.counters[_unreadable_metric(r)] = 1.0
+        if r.kind == intake.NODE:  # no namespace is degraded: status goes on without node facts
+            self.nodes_known = False
+            if self.nodes_refused is None:
+                log.warning(
+                    "%s: refused (%s): node faults are not named in status (grant get/list/watch on nodes)",
+                    r.name,
+                    message,
+                )
+            self.nodes_refused = message
+            return
         if self.gate.refuse(r.name, r.namespace, message):
             self.health.unreadable = self.gate.refused()
             log.warning(
@@ -174,6 +239,10 @@ class Controller:
 
     def readable(self, r: reflector.Reflector) -> None:
         """`r`'s LIST or watch goes through again."""
+        if r.kind == intake.NODE:  # known again once it has listed (nodes_synced)
+            self.nodes_refused = None
+            self.health.counters[_unreadable_metric(r)] = 0.0
+            return
         if self.gate.readable(r.name):
             self.health.counters[_unreadable_metric(r)] = 0.0
             self.health.unreadable = self.gate.refused()
@@ -281,6 +350,10 @@ class Controller:
                 out.append(reflector.Reflector(kind, ns, selector_text, list_fn, sink))
         for ns in namespaces or ("",):
             self.gate.expect((r.name for r in out if r.kind != api.KIND and r.namespace == ns), ns)
+        # the Nodes: cluster-wide, and outside the gate (no sync waits for them)
+        out.append(
+            reflector.Reflector(intake.NODE, "", "", reflector.list_function(self.kube, "v1", intake.NODE, ""), sink)
+        )
         for r in out:
             r.start()
         return out

@@ -44,7 +44,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "name": "Task",
         "type": "string",
         "jsonPath": ".status.task.resolved",
-        "description": "The task the runtime pods resolved: text-generation, embeddings or rerank.",
+        "description": "The task the runtime pods resolved: text-generation, embeddings, rerank or transcription.",
     },
     {"name": "Device", "type": "string", "jsonPath": ".spec.device", "description": "CPU or GPU."},
     {

@@ -35,7 +35,7 @@ from .memory import (
     remember_mount_failures,
     revert_due,
 )
-from .observe import Observed
+from .observe import CHILDREN, Observed
 from .readback import PodMemory
 from .settings import Settings
 from .statusqueue import needs_patch
@@ -209,6 +209,8 @@ def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = N
         mount_failures=mounts,
         missing_children=missing,
         desired_template=None if held_hash else desired.of("Deployment")["spec"]["template"],
+        nodes=o.nodes,
+        nodes_known=o.nodes_known,
     ).status
     scaling, write_scaler = _scaler(o, m, desired, st, now.tick)
     stamp = status.timestamp(now.wall)
@@ -275,13 +277,13 @@ def _plan(o: Observed, memory: Memory, m: Memory, st: dict[str, Any], previous: 
 
 def children_current(o: Observed, desired: Desired) -> bool:
     """Whether the live children are exactly what `desired` renders, so that re-applying them would change nothing
-    (2 GETs and 2 applies per object saved on a takeover). Only for the plain case: a Deployment and a Service,
-    both ours and without drift, allowed by policy, no autoscaler, no NetworkPolicy handling; anything else takes
-    the full apply."""
+    (a GET and an apply per child saved on a takeover). Only for the plain case: the Deployment, the Service and
+    the PodDisruptionBudget, all ours and without drift, allowed by policy, no autoscaler, no NetworkPolicy
+    handling; anything else takes the full apply."""
     spec = o.spec
     if o.settings.network_policies or desired.denied or (isinstance(spec, api.LLMServingSpec) and spec.autoscaling):
         return False
-    if sorted(obj["kind"] for obj in desired.objects) != ["Deployment", "Service"]:
+    if sorted(obj["kind"] for obj in desired.objects) != sorted(CHILDREN):
         return False
     for obj in desired.objects:
         live = o.live.get(obj["kind"])

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from . import cache, echo, render, rolloutbudget
+from . import cache, echo, nodes, render, rolloutbudget
 from . import spec as api
 
 Key = tuple[str, str]  # (namespace, name)
@@ -58,6 +58,7 @@ def pod_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
         # init container names: an init container without a status yet still counts; what the containers
         # run: a pod of a hand-edited template is not of the current spec (status.is_current)
         "spec": {
+            "nodeName": spec.get("nodeName"),  # a node fault speaks for the pods on it (nodes.py)
             "initContainers": [{"name": c.get("name")} for c in spec.get("initContainers") or []],
             "containers": [
                 {k: c[k] for k in ("name", "image", "command", "args", "env", "resources") if k in c}
@@ -132,12 +133,14 @@ CHILD_KINDS: dict[str, tuple[str, dict[str, Any], Any]] = {
     "Pod": ("v1", RUNTIME_POD_LABELS, pod_snapshot),
     "Deployment": ("apps/v1", CHILD_LABELS, child_snapshot),
     "Service": ("v1", CHILD_LABELS, child_snapshot),
+    "PodDisruptionBudget": ("policy/v1", CHILD_LABELS, child_snapshot),
 }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChildChange:
-    """What one listed object or watch event of a pod, Deployment or Service does to its cache."""
+    """What one listed object or watch event of a pod, Deployment, Service or PodDisruptionBudget does to its
+    cache."""
 
     kind: str
     uid: str
@@ -161,9 +164,30 @@ def child_change(kind: str, event_type: str | None, body: Mapping[str, Any]) -> 
     return ChildChange(kind, uid, key, cache.pack(snapshot(body)))
 
 
-Change = ChildChange | ServingChange
+NODE = "Node"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeChange:
+    """What one listed Node or watch event does to the node cache: its view, or None when it is gone."""
+
+    uid: str
+    name: str
+    view: nodes.NodeView | None
+
+
+def node_change(event_type: str | None, body: Mapping[str, Any]) -> NodeChange:
+    snap = nodes.snapshot(body)
+    return NodeChange(snap["uid"], snap["name"], None if event_type == "DELETED" else nodes.view(snap))
+
+
+Change = ChildChange | ServingChange | NodeChange
 
 
 def to_change(kind: str, event_type: str | None, body: Mapping[str, Any]) -> Change:
     """In the reflector's thread: one listed object or watch event of `kind`, reduced to its change."""
-    return serving_change(event_type, body) if kind == api.KIND else child_change(kind, event_type, body)
+    if kind == api.KIND:
+        return serving_change(event_type, body)
+    if kind == NODE:
+        return node_change(event_type, body)
+    return child_change(kind, event_type, body)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from . import autoscaling_io, ownership, podview, readback, rolloutbudget
+from . import autoscaling_io, nodes, ownership, podview, readback, rolloutbudget
 from . import spec as api
 from .kube import error_status, error_text
 from .memory import Memory
@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
 EVENTS_EVERY_S = 10.0  # a creating pod's Events are read at most this often
-CHILDREN = ("Deployment", "Service")  # the children whose live object is compared with the render
+# the children whose live object is compared with the render (and re-applied when missing or drifted)
+CHILDREN = ("Deployment", "Service", "PodDisruptionBudget")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +46,10 @@ class Observed:
     unreadable: str | None = None  # why its namespace's children cannot be read (cache.ListGate), else None
     pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     live: dict[str, dict[str, Any] | None] = dataclasses.field(default_factory=dict)  # kind -> ours, or None
+    # the Nodes of its pods: name -> view (None: not in the cache); `nodes_known`: the Nodes are listed and
+    # readable, so that a Node absent is a deleted one
+    nodes: dict[str, nodes.NodeView | None] = dataclasses.field(default_factory=dict)
+    nodes_known: bool = False
     reports: dict[str, readback.Reading] = dataclasses.field(default_factory=dict)  # pod name -> raw reading
     # the pod Events read this pass (memory.remember_mount_failures): pod uid -> (pod name, its mount failure or
     # None), when (monotonic), and why they may not be read (RBAC without `list events`), if that was just found
@@ -97,7 +102,8 @@ def cached(ctl: Controller, snapshot: Mapping[str, Any], memory: Memory) -> Obse
         return Observed(snapshot, ctl.settings, typed, stored)
     pods = list(ctl.pods.get(key, []))
     live = {kind: ours(ctl.cache_of(kind).get(key, []), uid) for kind in CHILDREN}
-    return Observed(snapshot, ctl.settings, typed, stored, pods=pods, live=live)
+    on = {n: ctl.nodes.get(n) for p in pods if (n := nodes.node_name(p))}
+    return Observed(snapshot, ctl.settings, typed, stored, pods=pods, live=live, nodes=on, nodes_known=ctl.nodes_known)
 
 
 async def read(ctl: Controller, observed: Observed, memory: Memory) -> Observed:

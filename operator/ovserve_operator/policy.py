@@ -65,7 +65,11 @@ def violations(spec: api.LLMServingSpec, settings: Settings) -> list[str]:
             "(operator setting OVSERVE_NETWORK_POLICIES, chart value networkPolicy.enabled)"
         )
     if not settings.allow_scheduling_passthrough:
-        fields = [name for name in ("nodeSelector", "tolerations", "affinity") if getattr(spec, name)]
+        fields = [
+            name
+            for name in ("nodeSelector", "tolerations", "affinity", "topologySpreadConstraints")
+            if getattr(spec, name)
+        ]
         if fields:
             out.append(
                 f"spec.{' and spec.'.join(fields)} denied: scheduling pass-through is off "

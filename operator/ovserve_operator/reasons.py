@@ -180,6 +180,21 @@ DEGRADED_REASON = _r(
     "some pods of the current spec serve, others fail (crash loop, OOMKilled, a failed report): counts and the "
     "first failure",
 )
+NODE_NOT_READY = _r(
+    "NodeNotReady",
+    "Ready",
+    PENDING,
+    "the pods of the current spec sit on a node that is NotReady, unreachable (its kubelet stopped reporting) or "
+    "gone: the node, its condition and since when are named; Kubernetes evicts the pods after their toleration "
+    "and the reason clears when replicas are Ready again (with some replicas serving elsewhere: Degraded, naming it)",
+)
+POD_RESCHEDULED = _r(
+    "PodRescheduled",
+    "Ready",
+    LOADING,
+    "no replica serves: pods were evicted by a node fault or a drain (named) and their replacements are starting "
+    "on other nodes (with some replicas serving: Degraded, naming the eviction)",
+)
 DEVICE_UNAVAILABLE = _r(
     RuntimeReason.DEVICE_UNAVAILABLE.value, "Ready, PipelineResolved", FAILED, "OpenVINO sees no such device in the pod"
 )

@@ -418,9 +418,58 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
         pod_spec["tolerations"] = copy.deepcopy(spec.tolerations)
     if spec.affinity:
         pod_spec["affinity"] = copy.deepcopy(spec.affinity)
+    if (spread := topology_spread(name, spec)) is not None:
+        pod_spec["topologySpreadConstraints"] = spread
     template: dict[str, Any] = {"metadata": {"labels": labels(name)}, "spec": pod_spec}
     template["metadata"]["annotations"] = {ANNOTATION_TEMPLATE_HASH: template_hash(template)}
     return template
+
+
+SPREAD_KEY = "kubernetes.io/hostname"
+
+
+def topology_spread(name: str, spec: api.LLMServingSpec) -> list[dict[str, Any]] | None:
+    """Where the replicas go: spec.topologySpreadConstraints as written ([]: none); unset, over the nodes (a soft
+    preference: ScheduleAnyway, so that one node still takes every replica), unless spec.affinity places the pods
+    itself (podAntiAffinity). Counted within one ReplicaSet (matchLabelKeys pod-template-hash): a rollout's new
+    pods spread among themselves."""
+    if spec.topologySpreadConstraints is not None:
+        return copy.deepcopy(spec.topologySpreadConstraints) or None
+    if (spec.affinity or {}).get("podAntiAffinity"):
+        return None
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": SPREAD_KEY,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector_labels(name)},
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+    ]
+
+
+def disruption_budget(spec: api.LLMServingSpec) -> int | str:
+    """The PodDisruptionBudget's maxUnavailable: spec.disruptionBudget's, else the rollout's when above 0, else 1."""
+    if spec.disruptionBudget is not None and spec.disruptionBudget.maxUnavailable is not None:
+        return spec.disruptionBudget.maxUnavailable
+    rolling = strategy(spec).get("rollingUpdate") or {}
+    unavailable = rolling.get("maxUnavailable", 1)
+    return 1 if str(unavailable).rstrip("%") == "0" else unavailable
+
+
+def render_pdb(name: str, namespace: str, uid: str, spec: api.LLMServingSpec) -> dict[str, Any]:
+    """The runtime pods' PodDisruptionBudget: a drain evicts at most `disruption_budget` of them at once; pods not
+    Ready may always go (AlwaysAllow: a crash-looping or loading pod never blocks a drain)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(name, namespace, uid),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(name)},
+            "maxUnavailable": disruption_budget(spec),
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
 
 
 def template_hash(template: dict[str, Any]) -> str:
@@ -486,7 +535,11 @@ def render_scaled_object(
 def render(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> list[dict]:
     """Every desired child object, in apply order: the NetworkPolicy first (no pod without it), the ScaledObject
     last (spec.autoscaling; written by its own path, autoscaling_io.write, since KEDA may be absent)."""
-    objs = [render_service(name, namespace, uid), render_deployment(name, namespace, uid, spec, settings)]
+    objs = [
+        render_service(name, namespace, uid),
+        render_deployment(name, namespace, uid, spec, settings),
+        render_pdb(name, namespace, uid, spec),
+    ]
     if networkpolicy.wanted(spec, settings):
         objs.insert(0, render_network_policy(name, namespace, uid, spec, settings))
     if (scaled := render_scaled_object(name, namespace, uid, spec, settings.prometheus_url)) is not None:
@@ -507,6 +560,7 @@ __all__ = [
     "render",
     "render_deployment",
     "render_network_policy",
+    "render_pdb",
     "render_scaled_object",
     "render_service",
     "runtime_args",
@@ -515,4 +569,5 @@ __all__ = [
     "strategy",
     "template_hash",
     "termination",
+    "topology_spread",
 ]

@@ -54,10 +54,14 @@ class PodFacts:
     init: InitState = dataclasses.field(default_factory=lambda: InitState(InitPhase.NONE))
     mount_failure: str | None = None  # kubelet FailedMount Event message
     oom_limit: str | None = None  # the memory limit, when the runtime was OOM-killed (podview.oom_killed)
+    node_fault: str | None = None  # why its node cannot serve (nodes.fault): NotReady, unreachable, gone
 
     @property
     def ready(self) -> bool:
-        return self.pod_ready and self.report is not None and self.report.state == State.READY
+        """Serving: Ready, reporting ready, and on a node that is not faulty (the node controller takes the pods of
+        a NotReady node out of their Services; until it has, they are not counted either)."""
+        ok = self.pod_ready and self.report is not None and self.report.state == State.READY
+        return ok and self.node_fault is None
 
     @property
     def failed(self) -> bool:
@@ -96,6 +100,8 @@ class Facts:
     replica_failure: str | None = None  # the Deployment's ReplicaFailure message
     apply_error: ApplyError | None = None
     missing_children: tuple[str, ...] = ()  # kinds of children deleted by hand, not re-created yet
+    # terminating pods that a node fault or a drain took off their node: (pod name, why: nodes.eviction)
+    evicted: tuple[tuple[str, str], ...] = ()
 
     @property
     def current(self) -> list[PodFacts]:
@@ -214,6 +220,8 @@ def failure_of(f: Facts, p: PodFacts) -> Finding | None:
     reason that waiting will not resolve."""
     if p.ready:
         return None
+    if p.node_fault is not None:
+        return R.NODE_NOT_READY, f"{p.name}: {p.node_fault}"
     if p.oom_limit is not None:
         return R.OOM_KILLED, (
             f"{p.name}: the runtime was killed for memory (OOMKilled; memory limit {p.oom_limit}): raise "
@@ -240,6 +248,36 @@ def degraded(f: Facts) -> Finding | None:
     return R.DEGRADED_REASON, (
         f"{f.ready_replicas}/{f.desired} replicas ready; {len(failing)} failing, first: {reason}: {message}"
     )
+
+
+def node_not_ready(f: Facts) -> Finding | None:
+    """No replica serves and pods of the current spec sit on a faulty node (NotReady, unreachable, gone): the
+    node is named, never a model load."""
+    on_bad = sorted((p for p in f.current if p.node_fault is not None), key=lambda p: p.name)
+    if not on_bad or f.ready_replicas:
+        return None
+    p = on_bad[0]
+    return R.NODE_NOT_READY, (
+        f"{len(on_bad)} of {len(f.current)} pods on a faulty node, first {p.name}: {p.node_fault}; Kubernetes "
+        "evicts them after their toleration of the node's taint and starts replacements on the remaining nodes"
+    )
+
+
+def rescheduled(f: Facts) -> Finding | None:
+    """Pods taken off their node by a node fault or a drain are terminating, and their replacements are not all
+    ready yet: the eviction is named (Degraded while some replicas serve), not a plain model load."""
+    if not f.evicted:
+        return None
+    name, why = f.evicted[0]
+    starting = sorted(p.name for p in f.current if not p.ready)
+    what = f"{name} {why}" + (f" (and {len(f.evicted) - 1} more)" if len(f.evicted) > 1 else "")
+    if starting:
+        what += f"; replacement {', '.join(starting[:3])} starting"
+        if stuck := _one([p for p in f.current if p.unschedulable]):
+            what += f" ({stuck.name} unschedulable: {stuck.unschedulable})"
+    if f.ready_replicas:
+        return R.DEGRADED_REASON, f"{f.ready_replicas}/{f.desired} replicas ready; {what}"
+    return R.POD_RESCHEDULED, f"0/{f.desired} replicas ready; {what}"
 
 
 def oom_killed(f: Facts) -> Finding | None:
@@ -388,6 +426,7 @@ READY_CHAIN: Chain = (
     (FALSE, child_missing),
     (FALSE, scaled_to_zero),
     (FALSE, degraded),
+    (FALSE, node_not_ready),
     (FALSE, oom_killed),
     (FALSE, runtime_failed),
     (FALSE, model_missing),
@@ -396,6 +435,7 @@ READY_CHAIN: Chain = (
     (FALSE, init_broken),
     (FALSE, container_broken),
     (TRUE, all_ready),
+    (FALSE, rescheduled),
     (UNKNOWN, readback_failed),
     (FALSE, pods_refused),
     (FALSE, unschedulable),

@@ -437,6 +437,19 @@ IntOrPercent = Annotated[
 ]
 
 
+class DisruptionBudget(_Strict):
+    """The PodDisruptionBudget the operator owns for the runtime pods (voluntary disruptions: a drain, a node
+    upgrade). Default maxUnavailable: the rollout's maxUnavailable when it is above 0, else 1: a drain takes one
+    replica at a time, and a single replica is not held (a drain of its node is never blocked for ever)."""
+
+    maxUnavailable: IntOrPercent | None = Field(
+        None,
+        description="Runtime pods a drain may take at once (count or percent). Default: rollout.maxUnavailable "
+        "when above 0, else 1.",
+        json_schema_extra=_INT_OR_PERCENT,
+    )
+
+
 class RolloutStrategy(StrEnum):
     RollingUpdate = "RollingUpdate"
     Recreate = "Recreate"
@@ -601,7 +614,7 @@ class RerankConfig(_Strict):
     )
 
 
-_TASKS_WITHOUT_GENERATION = "['embeddings', 'rerank']"
+_TASKS_WITHOUT_GENERATION = "['embeddings', 'rerank', 'transcription']"
 
 
 _SPEC_RULES = [
@@ -627,8 +640,8 @@ class LLMServingSpec(_Strict):
                 {
                     "rule": f"!has(self.task) || !(self.task in {_TASKS_WITHOUT_GENERATION}) || "
                     "!has(self.pipelineType) || self.pipelineType == 'AUTO'",
-                    "message": "pipelineType applies to text generation only: leave it AUTO with task embeddings "
-                    "or rerank",
+                    "message": "pipelineType applies to text generation only: leave it AUTO with task embeddings, "
+                    "rerank or transcription",
                 },
                 {
                     "rule": f"!has(self.task) || !(self.task in {_TASKS_WITHOUT_GENERATION}) || !has(self.scheduler)",
@@ -646,7 +659,8 @@ class LLMServingSpec(_Strict):
                     "rule": f"!has(self.task) || !(self.task in {_TASKS_WITHOUT_GENERATION}) || "
                     "!has(self.autoscaling) || !has(self.autoscaling.metric) || "
                     "self.autoscaling.metric != 'KVCacheUsage'",
-                    "message": "KVCacheUsage is a text-generation metric: autoscale embeddings and rerank on "
+                    "message": "KVCacheUsage is a text-generation metric: autoscale embeddings, rerank and "
+                    "transcription on "
                     "QueueDepth or RunningRequests",
                 },
                 *_SPEC_RULES,
@@ -660,7 +674,8 @@ class LLMServingSpec(_Strict):
         description="Pipeline to run, as in OpenVINO Model Server. AUTO: continuous batching (LM_CB/VLM_CB) "
         "when the model supports PagedAttention, else the legacy pipeline (LM/VLM) with status.pipeline."
         "fallback=true. LM_CB/VLM_CB pinned: never downgraded; the serving fails instead. LM/VLM: legacy. "
-        "Text generation only: with task embeddings or rerank it must stay AUTO (their own pipelines run).",
+        "Text generation only: with task embeddings, rerank or transcription it must stay AUTO (their own "
+        "pipelines run).",
     )
     device: Device = Field(Device.CPU, description="CPU, or GPU (Intel GPU through its device plugin).")
     replicas: int = Field(
@@ -688,6 +703,15 @@ class LLMServingSpec(_Strict):
     affinity: dict[str, Any] | None = Field(
         None, description="core/v1 Affinity of the runtime pods.", json_schema_extra=_PRESERVE
     )
+    topologySpreadConstraints: list[dict[str, Any]] | None = Field(
+        None,
+        description="core/v1 TopologySpreadConstraints of the runtime pods. Default (unset, and no podAntiAffinity "
+        "in spec.affinity): spread over nodes (kubernetes.io/hostname, maxSkew 1, ScheduleAnyway); [] = none.",
+        json_schema_extra={"items": {"type": "object", **_PRESERVE}},
+    )
+    disruptionBudget: DisruptionBudget | None = Field(
+        None, description="The runtime pods' PodDisruptionBudget (always rendered). Default: one pod at a time."
+    )
     image: str | None = Field(None, min_length=1, description="Runtime image override (default: operator setting).")
     scheduler: SchedulerConfig | None = Field(None, description="Continuous-batching scheduler settings.")
     serving: ServingConfig | None = Field(None, description="Request handling: admission bound.")
@@ -703,8 +727,9 @@ class LLMServingSpec(_Strict):
     )
     task: Task = Field(
         Task.AUTO,
-        description="What the serving does. AUTO: read from the model (an encoder without LM head: embeddings; a "
-        "one-label sequence classifier: rerank; else text-generation). A task the model is not fails with "
+        description="What the serving does. AUTO: read from the model (a Whisper export: transcription, OpenAI's "
+        "/v1/audio API; an encoder without LM head: embeddings; a one-label sequence classifier: rerank; else "
+        "text-generation). A task the model is not fails with "
         "TaskMismatch. pipelineType and scheduler apply to text-generation only.",
     )
     embeddings: EmbeddingsConfig | None = Field(
@@ -715,10 +740,11 @@ class LLMServingSpec(_Strict):
     @model_validator(mode="after")
     def _task_fields(self) -> LLMServingSpec:
         # the CEL rules above, for specs that reach the operator by other paths
-        other = self.task in (Task.EMBEDDINGS, Task.RERANK)
+        other = self.task in (Task.EMBEDDINGS, Task.RERANK, Task.TRANSCRIPTION)
         if other and self.pipelineType != PipelineType.AUTO:
             raise ValueError(
-                "pipelineType applies to text generation only: leave it AUTO with task embeddings or rerank"
+                "pipelineType applies to text generation only: leave it AUTO with task embeddings, rerank or "
+                "transcription"
             )
         if other and self.scheduler is not None:
             raise ValueError("scheduler configures the continuous-batching pipeline: text generation only")
@@ -727,7 +753,9 @@ class LLMServingSpec(_Strict):
         if self.rerank is not None and self.task not in (Task.AUTO, Task.RERANK):
             raise ValueError("rerank applies to task rerank (or AUTO)")
         if other and self.autoscaling is not None and self.autoscaling.metric == AutoscalingMetric.KVCacheUsage:
-            raise ValueError("KVCacheUsage is a text-generation metric: autoscale embeddings and rerank on QueueDepth")
+            raise ValueError(
+                "KVCacheUsage is a text-generation metric: autoscale embeddings, rerank and transcription on QueueDepth"
+            )
         return self
 
     speculative: Speculative | None = Field(

@@ -18,6 +18,7 @@ from ovserve_runtime import decisions as runtime_decisions
 from ovserve_runtime.report import CB_PIPELINES, Decisions
 
 from . import drift, podview, render
+from . import nodes as nodeview
 from . import reasons as R
 from . import spec as api
 from .readback import Reading
@@ -69,9 +70,11 @@ def pod_facts(
     desired_hash: str | None,
     mount_failure: str | None = None,
     desired_template: Mapping[str, Any] | None = None,
+    node_fault: str | None = None,
 ) -> PodFacts:
     reading = reading or Reading(None, "none")
     return PodFacts(
+        node_fault=node_fault,
         name=podview.name(pod),
         current=is_current(pod, desired_hash, desired_template),
         pod_ready=podview.pod_ready(pod),
@@ -102,11 +105,26 @@ def facts(
     spec_error: str = "",
     missing_children: Sequence[str] = (),
     desired_template: Mapping[str, Any] | None = None,
+    nodes: Mapping[str, nodeview.NodeView | None] | None = None,
+    nodes_known: bool = False,
 ) -> Facts:
     """`deployment`: {"conditions"} of the runtime Deployment; `mount_failures`: pod name -> the kubelet's
-    FailedMount Event message; `missing_children`: kinds of children that are gone (deleted by hand)."""
-    readings, mount_failures = readings or {}, mount_failures or {}
+    FailedMount Event message; `missing_children`: kinds of children that are gone (deleted by hand); `nodes`:
+    the Nodes of the pods (name -> view, None: not cached), `nodes_known`: whether an absent Node is a deleted
+    one (nodes.fault)."""
+    readings, mount_failures, nodes = readings or {}, mount_failures or {}, nodes or {}
     live = [p for p in pods if podview.is_live(p)]
+
+    def node_of(p: Mapping[str, Any]) -> nodeview.NodeView | None:
+        return nodes.get(nodeview.node_name(p))
+
+    evicted = tuple(
+        sorted(
+            (podview.name(p), why)
+            for p in pods
+            if (why := nodeview.eviction(p, node_of(p), nodes_known and nodeview.node_name(p) in nodes)) is not None
+        )
+    )
     replica_failure = next(
         (
             c.get("message") or c.get("reason") or "ReplicaFailure"
@@ -123,13 +141,19 @@ def facts(
         spec_error=spec_error,
         pods=tuple(
             pod_facts(
-                p, readings.get(podview.name(p)), desired_hash, mount_failures.get(podview.name(p)), desired_template
+                p,
+                readings.get(podview.name(p)),
+                desired_hash,
+                mount_failures.get(podview.name(p)),
+                desired_template,
+                nodeview.fault(nodeview.node_name(p), node_of(p), nodes_known and nodeview.node_name(p) in nodes),
             )
             for p in live
         ),
         replica_failure=replica_failure,
         apply_error=apply_error,
         missing_children=tuple(missing_children),
+        evicted=evicted,
     )
 
 
@@ -349,8 +373,12 @@ def compute(
     spec_error: str = "",
     missing_children: Sequence[str] = (),
     desired_template: Mapping[str, Any] | None = None,
+    nodes: Mapping[str, nodeview.NodeView | None] | None = None,
+    nodes_known: bool = False,
 ) -> Result:
     f = facts(
+        nodes=nodes,
+        nodes_known=nodes_known,
         name=name,
         namespace=namespace,
         generation=generation,
@@ -424,6 +452,8 @@ _WARN_READY = R.FAILED_REASONS | {
     R.UNSCHEDULABLE,
     R.PODS_DISAGREE,
     R.READBACK_FAILED,
+    R.NODE_NOT_READY,
+    R.POD_RESCHEDULED,
 }
 
 

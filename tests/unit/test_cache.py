@@ -424,10 +424,11 @@ CURRENT_CASES = {
 
 
 @pytest.mark.parametrize("changes,spec,deployment,service,want", list(CURRENT_CASES.values()), ids=list(CURRENT_CASES))
-def test_children_current(changes, spec, deployment, service, want):
+def test_children_current(changes, spec, deployment, service, want, pdb_live: bool = True):
     settings = Settings(allow_host_path=True)
     live: dict[str, Any] = {}
-    for kind, fields in (("Deployment", deployment), ("Service", service)):
+    pdb = {} if pdb_live else None  # as rendered, or absent
+    for kind, fields in (("Deployment", deployment), ("Service", service), ("PodDisruptionBudget", pdb)):
         store = cache.Cache()
         if fields is not None:
             uid = fields.pop("uid", UID)
@@ -438,6 +439,11 @@ def test_children_current(changes, spec, deployment, service, want):
     snapshot = {"metadata": {"namespace": A[0], "name": A[1], "uid": UID}}
     observed = Observed(snapshot, settings, typed, {}, live=live)
     assert children_current(observed, render_children(A[1], A[0], UID, typed, settings)) is want
+
+
+def test_children_current_needs_the_disruption_budget_too():
+    """Issue 44: the PodDisruptionBudget is a child like the others: missing, a takeover applies."""
+    test_children_current({}, SPEC, {}, {}, False, pdb_live=False)
 
 
 # ------------------------------------------------------------------ a refused namespace degrades that one only

@@ -38,7 +38,7 @@ def live_children(spec: dict[str, Any], settings: Settings = SETTINGS, **edits: 
     typed = api.parse_spec(spec)
     out: dict[str, Any] = {}
     for obj in render.render(NAME, NS, UID, typed, settings):
-        if obj["kind"] in ("Deployment", "Service"):
+        if obj["kind"] in ("Deployment", "Service", "PodDisruptionBudget"):
             obj = copy.deepcopy(obj)
             obj["spec"].update(edits.get(obj["kind"], {}))
             out[obj["kind"]] = intake.child_snapshot(obj)
@@ -48,7 +48,7 @@ def live_children(spec: dict[str, Any], settings: Settings = SETTINGS, **edits: 
 def observed(
     spec: dict[str, Any] = SPEC, *, settings: Settings = SETTINGS, stored: dict | None = None, **fields: Any
 ) -> Observed:
-    fields.setdefault("live", {"Deployment": None, "Service": None})
+    fields.setdefault("live", {"Deployment": None, "Service": None, "PodDisruptionBudget": None})
     snap = snapshot(spec, stored)
     return Observed(snap, settings, parse(snap), stored or {}, **fields)
 
@@ -58,7 +58,7 @@ def memory(**fields: Any) -> Memory:
 
 
 APPLIED = {"applied_generation": GEN, "attempted_generation": GEN, "applied_at": NOW.tick - 100}
-SEEN = {**APPLIED, "children_seen": {"Deployment", "Service"}}
+SEEN = {**APPLIED, "children_seen": {"Deployment", "Service", "PodDisruptionBudget"}}
 HELD_HASH = "live-hash"
 
 
@@ -258,9 +258,11 @@ def test_the_status_is_written_only_when_it_changed_and_its_events_only_on_trans
 
 def test_one_render_holds_every_child_the_scaled_object_included():
     desired = render_children(NAME, NS, UID, api.parse_spec(AUTOSCALING), SETTINGS)
-    assert [o["kind"] for o in desired.objects] == ["Service", "Deployment", "ScaledObject"]  # one list, one render
+    # one list, one render
+    assert [o["kind"] for o in desired.objects] == ["Service", "Deployment", "PodDisruptionBudget", "ScaledObject"]
     assert desired.scaled_object is desired.objects[-1]
-    assert [o["kind"] for o in desired.applied] == ["Service", "Deployment"]  # the ScaledObject has its own write
+    # the ScaledObject has its own write
+    assert [o["kind"] for o in desired.applied] == ["Service", "Deployment", "PodDisruptionBudget"]
     assert render_children(NAME, NS, UID, api.parse_spec(SPEC), SETTINGS).scaled_object is None
 
 

@@ -94,7 +94,7 @@ def test_kopf_runs_the_controller_from_its_memo_and_watches_nothing_itself():
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             ctl = memo.get("controller")
-            if ctl is not None and len(set(kube.listed)) == 4 and kube.events:
+            if ctl is not None and len(set(kube.listed)) == 6 and kube.events:
                 seen.update(controller=ctl, running=not ctl.task.done(), alive=health.kopf_running)
                 break
             await asyncio.sleep(0.05)
@@ -118,8 +118,16 @@ def test_kopf_runs_the_controller_from_its_memo_and_watches_nothing_itself():
 
     ctl = seen["controller"]
     assert isinstance(ctl, Controller) and seen["running"] and seen["alive"]
-    # the Controller's own reflectors listed each kind in the watched namespace; the refusal was told on the Lease
-    assert set(kube.listed) == {"LLMServing/ns", "Pod/ns", "Deployment/ns", "Service/ns"}
+    # the Controller's own reflectors listed each kind in the watched namespace, and the Nodes (cluster-wide); the
+    # refusal was told on the Lease
+    assert set(kube.listed) == {
+        "LLMServing/ns",
+        "Pod/ns",
+        "Deployment/ns",
+        "Service/ns",
+        "PodDisruptionBudget/ns",
+        "Node/None",
+    }
     assert kube.events[0] == "NamespaceUnreadable"
     # cleanup stopped it
     assert ctl.task is None and ctl.reflectors == [] and not health.kopf_running

@@ -15,7 +15,7 @@ SETTINGS = Settings()
 
 def objs(spec: dict, settings: Settings = SETTINGS, name: str = "llm"):
     typed = api.parse_spec(spec)
-    svc, dep = render.render(name, "ns", "uid-1", typed, settings)
+    svc, dep, _pdb = render.render(name, "ns", "uid-1", typed, settings)
     return svc, dep, dep["spec"]["template"]["spec"]
 
 
@@ -464,9 +464,13 @@ def test_chat_template_kwargs_become_the_runtimes_flag():
 @pytest.mark.parametrize(
     "autoscaling,network_policy,kinds",
     [
-        (None, False, ["Service", "Deployment"]),
-        ({"maxReplicas": 3, "target": 2}, False, ["Service", "Deployment", "ScaledObject"]),
-        ({"maxReplicas": 3, "target": 2}, True, ["NetworkPolicy", "Service", "Deployment", "ScaledObject"]),
+        (None, False, ["Service", "Deployment", "PodDisruptionBudget"]),
+        ({"maxReplicas": 3, "target": 2}, False, ["Service", "Deployment", "PodDisruptionBudget", "ScaledObject"]),
+        (
+            {"maxReplicas": 3, "target": 2},
+            True,
+            ["NetworkPolicy", "Service", "Deployment", "PodDisruptionBudget", "ScaledObject"],
+        ),
     ],
 )
 def test_render_returns_every_child_the_scaled_object_included(autoscaling, network_policy, kinds):
@@ -486,3 +490,65 @@ def test_render_returns_every_child_the_scaled_object_included(autoscaling, netw
         assert so == render.render_scaled_object("llm", "ns", "uid-1", typed, "http://p:9090")
         assert so["metadata"]["ownerReferences"][0]["uid"] == "uid-1" and so["metadata"]["name"] == "llm"
         assert so["spec"]["triggers"][0]["metadata"]["serverAddress"] == "http://p:9090"
+
+
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "kubernetes.io/hostname",
+    "whenUnsatisfiable": "ScheduleAnyway",
+    "labelSelector": {"matchLabels": render.selector_labels("llm")},
+    "matchLabelKeys": ["pod-template-hash"],
+}
+ZONES = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"}]
+ANTI = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+
+
+@pytest.mark.parametrize(
+    "extra,spread",
+    [
+        ({}, [SPREAD]),  # replicas spread over the nodes by default (soft)
+        ({"topologySpreadConstraints": ZONES}, ZONES),  # the spec's own, as written
+        ({"topologySpreadConstraints": []}, None),  # [] = none
+        ({"affinity": ANTI}, None),  # the spec places the pods itself
+    ],
+)
+def test_replicas_spread_over_nodes_unless_the_spec_says_otherwise(extra, spread):
+    _svc, _dep, pod = objs({"model": HOST, "replicas": 3, **extra})
+    assert pod.get("topologySpreadConstraints") == spread
+
+
+def test_the_spread_does_not_depend_on_replicas():
+    """Scaling never rolls the pods: the template (and its hash) is the same at 1 and 5 replicas."""
+    one, five = objs({"model": HOST, "replicas": 1})[1], objs({"model": HOST, "replicas": 5})[1]
+    assert one["spec"]["template"] == five["spec"]["template"]
+
+
+@pytest.mark.parametrize(
+    "extra,allowed",
+    [
+        ({}, 1),  # CPU default rollout: maxUnavailable 0 -> one pod at a time
+        ({"device": "GPU"}, 1),  # GPU default: maxUnavailable 1
+        ({"rollout": {"maxSurge": 0, "maxUnavailable": "50%"}}, "50%"),  # follows the rollout's bound
+        ({"rollout": {"strategy": "Recreate"}}, 1),
+        ({"disruptionBudget": {"maxUnavailable": 2}}, 2),  # the spec's own
+        ({"disruptionBudget": {"maxUnavailable": "100%"}}, "100%"),
+    ],
+)
+def test_the_disruption_budget_follows_the_rollout_and_the_spec(extra, allowed):
+    typed = api.parse_spec({"model": HOST, "replicas": 4, **extra})
+    pdb = next(o for o in render.render("llm", "ns", "uid-1", typed, SETTINGS) if o["kind"] == "PodDisruptionBudget")
+    assert pdb["apiVersion"] == "policy/v1" and pdb["metadata"]["name"] == "llm"
+    assert pdb["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert pdb["spec"] == {
+        "selector": {"matchLabels": render.selector_labels("llm")},
+        "maxUnavailable": allowed,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",  # a pod not Ready never blocks a drain
+    }
+
+
+def test_spread_constraints_are_scheduling_pass_through():
+    from ovserve_operator import policy
+
+    typed = api.parse_spec({"model": HOST, "topologySpreadConstraints": ZONES})
+    denied = policy.violations(typed, SETTINGS.model_copy(update={"allow_scheduling_passthrough": False}))
+    assert any("topologySpreadConstraints" in d for d in denied)
