@@ -31,6 +31,7 @@ class Task(StrEnum):
     TEXT_GENERATION = "text-generation"
     EMBEDDINGS = "embeddings"
     RERANK = "rerank"
+    TRANSCRIPTION = "transcription"  # speech to text (a Whisper export): /v1/audio/transcriptions, /translations
 
 
 class TaskPipeline(StrEnum):
@@ -38,6 +39,7 @@ class TaskPipeline(StrEnum):
 
     TEXT_EMBEDDING = "TextEmbedding"  # openvino_genai.TextEmbeddingPipeline
     TEXT_RERANK = "TextRerank"  # openvino_genai.TextRerankPipeline
+    WHISPER = "Whisper"  # openvino_genai.WhisperPipeline
 
 
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes the kubelet keeps of a termination message
