@@ -297,6 +297,8 @@ async def run(args: Any) -> dict[str, Any]:
                 await asyncio.sleep(1)
 
         sampler = asyncio.create_task(sample())
+        load_counters = ("status_refreshes", "status_patches", "applies", "status_errors", "apply_errors")
+        c0, r0 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in load_counters}, responder_stats(8001)
         m0, cpu0, t0 = await api.requests(), (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s()), time.monotonic()
         await create_all(api, items, tracker, 16)
         result["create_s"] = _ms(time.monotonic() - t0)
@@ -304,6 +306,7 @@ async def run(args: Any) -> dict[str, Any]:
         settled = await wait_for(lambda: all(k in tracker.ready for k in keys), args.timeout - (time.monotonic() - t0))
         t1 = time.monotonic()
         m1, cpu1 = await api.requests(), (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s())
+        c1, r1 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in load_counters}, responder_stats(8001)
         obs, rdy = tracker.lags(keys, tracker.observed), tracker.lags(keys, tracker.ready)
         result["load"] = {
             "observed": len(obs),
@@ -316,6 +319,10 @@ async def run(args: Any) -> dict[str, Any]:
             "operator_cpu_s": _ms(cpu1[0] - cpu0[0]),
             "apiserver_cpu_s": _ms(cpu1[1] - cpu0[1]),
             "etcd_cpu_s": _ms(cpu1[2] - cpu0[2]),
+            # what the operator did for it (passes per object show a pass that repeats; the readback GETs, the pods
+            # it waited on)
+            **{f"operator_{c}": int(c1[c] - c0[c]) for c in load_counters},
+            "readback_gets": r1["reads"] - r0["reads"],
             **_phase_rates(m0, m1, t1 - t0),
         }
         result["operator_rss_after_load_mib"] = op.rss_kib() // 1024
@@ -435,6 +442,12 @@ def report(r: dict[str, Any]) -> None:
     print(
         f"CPU during the load          operator {load['operator_cpu_s']} s, apiserver {load['apiserver_cpu_s']} s, "
         f"etcd {load['etcd_cpu_s']} s"
+    )
+    print(
+        f"operator during the load     {load.get('operator_status_refreshes')} passes, "
+        f"{load.get('operator_status_patches')} status patches, {load.get('operator_applies')} applies, "
+        f"{load.get('operator_status_errors')} failed passes, {load.get('operator_apply_errors')} failed applies; "
+        f"{load.get('readback_gets')} readback GETs"
     )
     print(f"apiserver during the load    {load['requests_per_s']} req/s, {load['writes_per_s']} writes/s:")
     for line in load["top"]:
