@@ -29,7 +29,7 @@ class Group(StrEnum):
     MODEL = "model"
     SCHEDULER = "scheduler (continuous batching pipelines LM_CB/VLM_CB only)"
     SERVER = "server"
-    TASKS = "embeddings and rerank (tasks other than text generation)"
+    TASKS = "embeddings, rerank and transcription (tasks other than text generation)"
     SPECULATIVE = "speculative decoding (LM_CB only; docs/runtime.md: Speculative decoding)"
 
 
@@ -318,8 +318,9 @@ class RuntimeFlags(BaseModel):
         Task.AUTO,
         Group.MODEL,
         "TASK",
-        "AUTO: read from the model (an encoder without LM head: embeddings; a one-label sequence classifier: "
-        "rerank; else text-generation); text-generation, embeddings or rerank: that, or refuse with TaskMismatch",
+        "AUTO: read from the model (a Whisper export: transcription; an encoder without LM head: embeddings; a "
+        "one-label sequence classifier: rerank; else text-generation); text-generation, embeddings, rerank or "
+        "transcription: that, or refuse with TaskMismatch",
     )
     embeddings_pooling: Pooling | None = _flag(
         None,
@@ -525,6 +526,25 @@ class RuntimeFlags(BaseModel):
         "S",
         "Responses API: a stored response older than this is dropped",
         ge=1,
+        allow_inf_nan=False,
+    )
+    max_audio_seconds: float = _flag(
+        1800.0,
+        Group.TASKS,
+        "S",
+        "transcription: longer audio gets 400 audio_too_long (from the file's header before decoding, and while "
+        "decoding); the decoded audio is 64 KB a second (float32 at 16 kHz)",
+        gt=0,
+        le=86400,
+        allow_inf_nan=False,
+    )
+    audio_decode_timeout_seconds: float = _flag(
+        30.0,
+        Group.TASKS,
+        "S",
+        "transcription: decoding one uploaded file may take this long, else 400 audio_decode_timeout",
+        gt=0,
+        le=3600,
         allow_inf_nan=False,
     )
 

@@ -207,6 +207,15 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
             registry=r,
         )
+        self.audio_seconds = Counter(
+            "ovserve_audio_seconds", "Seconds of audio transcribed or translated (transcription task)", registry=r
+        )
+        self.audio_rtf = Histogram(
+            "ovserve_audio_real_time_factor",
+            "The pipeline's time on a file over the file's duration (below 1: faster than real time)",
+            buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5),
+            registry=r,
+        )
         self.task_info = Gauge(
             "ovserve_task_info", "The task this serving runs (value 1; empty until resolved)", ["task"], registry=r
         )

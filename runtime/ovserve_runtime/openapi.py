@@ -17,10 +17,11 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from . import endpoints
+from .openai.audio import TranscriptionForm
 from .openai.request import ChatRequest, CompletionRequest
 from .openai.responses_request import ResponsesRequest
 from .report import RuntimeReport
-from .tasks import EXTRA_RERANK_PATHS, TASK_ROUTES
+from .tasks import AUDIO_ROUTES, EXTRA_RERANK_PATHS, TASK_ROUTES
 from .tasks.embeddings import EmbeddingsRequest
 from .tasks.rerank import RerankRequest
 
@@ -96,7 +97,7 @@ def _with_string_forms(schemas: dict[str, Any]) -> None:
         field["description"] = f"{field.get('description', '')} ({why})".strip()
 
 
-def _post(summary: str, body: str, answer: str, streams: bool) -> dict[str, Any]:
+def _post(summary: str, body: str, answer: str, streams: bool, ctype: str = JSON) -> dict[str, Any]:
     ok: dict[str, Any] = {JSON: {"schema": {"type": "object", "description": answer}}}
     if streams:
         ok[SSE] = {"schema": {"type": "string", "description": "with `stream: true`: SSE chunks, then `[DONE]`"}}
@@ -104,7 +105,7 @@ def _post(summary: str, body: str, answer: str, streams: bool) -> dict[str, Any]
         "post": {
             "summary": summary,
             "operationId": None,  # set per path below
-            "requestBody": {"required": True, "content": {JSON: {"schema": _ref(body)}}},
+            "requestBody": {"required": True, "content": {ctype: {"schema": _ref(body)}}},
             "responses": {"200": {"description": answer, "content": ok}, **_errors()},
         }
     }
@@ -153,6 +154,16 @@ def paths() -> dict[str, dict[str, Any]]:
             out[f"{prefix}/{path}"] = _post(
                 f"{path.capitalize()} (a serving of that task)", task_bodies[path], f"the {path} answer", streams=False
             )
+        for path, translate in AUDIO_ROUTES.items():  # multipart/form-data, OpenAI's audio API
+            answer = "the transcript in response_format (json, text, srt, vtt, verbose_json); transcriptions with "
+            answer += "stream: SSE transcript.text.delta events, then transcript.text.done"
+            out[f"{prefix}/{path}"] = _post(
+                "Translation into English (a transcription serving)" if translate else "Transcription",
+                "TranscriptionForm",
+                answer,
+                streams=False,
+                ctype="multipart/form-data",
+            )
         out[f"{prefix}/models"] = _get("The served model", model_list)
         out[f"{prefix}/models/{{model}}"] = _get("One model", _ref("Model"), {"404": "not the served model"})
         out[f"{prefix}/models/{{model}}"]["parameters"] = [
@@ -181,6 +192,7 @@ def schemas() -> dict[str, Any]:
         (ResponsesRequest, "validation"),
         (EmbeddingsRequest, "validation"),
         (RerankRequest, "validation"),
+        (TranscriptionForm, "validation"),
         (RuntimeReport, "serialization"),
     ]
     _, defs = models_json_schema(models, ref_template=REF)

@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from openapi_spec_validator import validate
 from ovserve_runtime import endpoints, openapi
 from ovserve_runtime.http import App, ServerConfig
+from ovserve_runtime.openai.audio import TranscriptionForm
 from ovserve_runtime.openai.request import ChatRequest, CompletionRequest
 from ovserve_runtime.openai.responses_request import ResponsesRequest
 from ovserve_runtime.report import PipelineReport, PipelineType, Reason, RuntimeReport, State
@@ -24,6 +25,7 @@ BODIES = {
     "EmbeddingsRequest": EmbeddingsRequest,
     "RerankRequest": RerankRequest,
     "ResponsesRequest": ResponsesRequest,
+    "TranscriptionForm": TranscriptionForm,
 }
 
 
@@ -73,7 +75,8 @@ def test_request_bodies_are_the_models_own():
     for path, item in doc["paths"].items():
         if "post" not in item:
             continue
-        ref = item["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        (content,) = item["post"]["requestBody"]["content"].values()  # JSON, or the audio API's multipart form
+        ref = content["schema"]["$ref"]
         name = ref.rsplit("/", 1)[1]
         model = BODIES[name]
         fields = {f.alias or n for n, f in model.model_fields.items()}

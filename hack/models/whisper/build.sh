@@ -3,6 +3,8 @@
 # Whisper's special and timestamp tokens, no model hub), exported with optimum-intel for WhisperPipeline (~25 s).
 #
 #   hack/models/whisper/build.sh               tiny-whisper
+#   hack/models/whisper/build.sh bench         also tiny-whisper-bench (whisper-tiny's sizes, ~30M parameters: the
+#                                              encoder and decoder of openai/whisper-tiny, a small vocabulary)
 #   hack/models/whisper/build.sh NAME...       only the named models
 #
 # Output: ${OVSERVE_MODELS:-/var/cache/ovserve/models}/<name>, world-readable. Stamped like hack/models/build.sh
@@ -22,8 +24,9 @@ targets=()
 for a in "$@"; do
   case $a in
     all) targets+=("${DEFAULT[@]}") ;;
-    tiny-whisper) targets+=("$a") ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    bench) targets+=(tiny-whisper-bench) ;;
+    tiny-whisper|tiny-whisper-bench) targets+=("$a") ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "unknown model: $a" >&2; exit 2 ;;
   esac
 done
@@ -69,6 +72,9 @@ build_one() {
     tiny-whisper)
       PY "$here/make_hf.py" "$work/hf-whisper"
       PY "$here/export_ov.py" "$work/hf-whisper" "$out" ;;
+    tiny-whisper-bench)
+      PY "$here/make_hf.py" "$work/hf-whisper-bench" --d-model 384 --layers 4 --heads 6 --ffn 1536
+      PY "$here/export_ov.py" "$work/hf-whisper-bench" "$out" ;;
   esac
   publish "$name" "$out"
 }

@@ -6,7 +6,7 @@ Whisper's order (<|endoftext|>, <|startoftranscript|>, one token per language, <
 so that openvino-genai's WhisperPipeline finds every id its generation config names. The generation config
 carries what the hub's multilingual Whisper checkpoints carry (lang_to_id, task_to_id, alignment_heads, ...).
 
-usage: python make_hf.py OUT_DIR [--d-model 64 --layers 2 --heads 4]
+usage: python make_hf.py OUT_DIR [--d-model 64 --layers 2 --heads 4 --ffn 128]
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def generation_config(tok: WhisperTokenizer, layers: int, heads: int) -> Generat
     )
 
 
-def make_whisper(out: str, d_model: int, layers: int, heads: int) -> None:
+def make_whisper(out: str, d_model: int, layers: int, heads: int, ffn: int) -> None:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         tok = build_tokenizer(Path(tmp))
@@ -111,8 +111,8 @@ def make_whisper(out: str, d_model: int, layers: int, heads: int) -> None:
         decoder_layers=layers,
         encoder_attention_heads=heads,
         decoder_attention_heads=heads,
-        encoder_ffn_dim=d_model * 2,
-        decoder_ffn_dim=d_model * 2,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
         max_source_positions=1500,
         max_target_positions=448,
         decoder_start_token_id=tok.convert_tokens_to_ids(SOT),
@@ -136,9 +136,10 @@ def main() -> None:
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--ffn", type=int, default=128)
     a = ap.parse_args()
     t0 = time.time()
-    make_whisper(a.out, a.d_model, a.layers, a.heads)
+    make_whisper(a.out, a.d_model, a.layers, a.heads, a.ffn)
     print(f"  built in {time.time() - t0:.1f}s")
 
 

@@ -25,6 +25,7 @@ from ..report import Capabilities, Reason, RuntimeReport, State, Task
 from ..serving import (
     REFUSAL,
     STREAMING,
+    AudioServing,
     ChatServing,
     CompletionServing,
     ResponsesServing,
@@ -33,7 +34,7 @@ from ..serving import (
     TaskServing,
     error_response,
 )
-from ..tasks import EXTRA_RERANK_PATHS, TASK_ROUTES
+from ..tasks import AUDIO_ROUTES, EXTRA_RERANK_PATHS, TASK_ROUTES
 from .watchdog import Watchdog
 
 log = logging.getLogger("ovserve.server")
@@ -96,6 +97,7 @@ class App:
         self.task_servings = {
             t: TaskServing(self.state, t, path, inline=t == Task.EMBEDDINGS) for t, path in TASK_ROUTES.items()
         }
+        self.audio_servings = [AudioServing(self.state, path, translate) for path, translate in AUDIO_ROUTES.items()]
         r = self.web.router
         for prefix in endpoints.API_PREFIXES:
             r.add_post(f"{prefix}/chat/completions", self.chat.handle, expect_handler=self._expect)
@@ -110,6 +112,9 @@ class App:
                 r.add_post(f"{prefix}/{path}", self.task_servings[t].handle)
         for path in EXTRA_RERANK_PATHS:
             r.add_post(path, self.task_servings[Task.RERANK].handle)
+        for prefix in endpoints.API_PREFIXES:  # /v1/audio/transcriptions, /v1/audio/translations
+            for serving in self.audio_servings:
+                r.add_post(f"{prefix}/{serving.endpoint}", serving.handle, expect_handler=self._expect)
         r.add_get(endpoints.STATUS, self.status)
         r.add_get(endpoints.LIVE, self.live)
         r.add_get(endpoints.READY, self.ready)
@@ -179,10 +184,13 @@ class App:
         self.state.attach(engine, max_position, generates=not isinstance(engine, TaskEngine))
 
     def attach_service(self, task: Task | None, engine, service) -> None:
-        """An embeddings or rerank serving's service (tasks.Loaded.service), once its pipeline runs."""
+        """An embeddings, rerank or transcription serving's service (tasks.Loaded.service), once its pipeline runs."""
         serving = self.task_servings.get(task)
         if serving is not None and service is not None:
             serving.attach(engine, service)
+        if task == Task.TRANSCRIPTION and service is not None:
+            for audio in self.audio_servings:
+                audio.attach(engine, service)
 
     def capabilities(self) -> Capabilities:
         """What this model and pipeline serve (the runtime report's `capabilities`)."""

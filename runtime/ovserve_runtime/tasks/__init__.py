@@ -1,9 +1,10 @@
-"""Tasks other than text generation (embeddings, rerank) and the task resolution of every serving.
+"""Tasks other than text generation (embeddings, rerank, transcription) and the task resolution of every serving.
 
 The server hooks in at two places: its routes (`TASK_ROUTES`, `EXTRA_RERANK_PATHS`, each answered by a
-serving.TaskServing), and `load_serving` instead of the generation loader (it resolves the task, then loads the
-generation pipeline through loader.load or a task pipeline here); the loaded service (`Loaded.service`: its
-`prepare` and `respond`) is attached to its TaskServing once loaded.
+serving.TaskServing; `AUDIO_ROUTES`, by a serving.AudioServing), and `load_serving` instead of the generation
+loader (it resolves the task, then loads the generation pipeline through loader.load or a task pipeline here);
+the loaded service (`Loaded.service`: its `prepare`, and `respond` but for audio) is attached to its serving
+once loaded.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ log = logging.getLogger("ovserve.tasks")
 
 TASK_ROUTES = {Task.EMBEDDINGS: "embeddings", Task.RERANK: "rerank"}  # path under each API prefix
 EXTRA_RERANK_PATHS = ("/v2/rerank",)  # Cohere's v2 client
+AUDIO_ROUTES = {"audio/transcriptions": False, "audio/translations": True}  # path under each prefix -> translate
 
 
 class TaskLoadFailure(LoadFailure):
@@ -40,7 +42,7 @@ class Loaded:
     max_position: int | None
     task: TaskReport
     embeddings: EmbeddingsReport | None = None
-    service: Any = None  # embeddings.Embeddings | rerank.Rerank
+    service: Any = None  # embeddings.Embeddings | rerank.Rerank | transcription.Transcription
 
 
 def _failed(flags: RuntimeFlags, task: TaskReport, reason: Reason, message: str) -> TaskLoadFailure:
@@ -71,7 +73,8 @@ def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Lo
     layout = pipeline_resolve.inspect_dir(opts.model_path)
     if not layout.exists:
         raise _failed(flags, task, Reason.MODEL_NOT_FOUND, "model directory does not exist")
-    if not layout.has_lm:
+    speech = decided.task == Task.TRANSCRIPTION
+    if not speech and not layout.has_lm:
         raise _failed(
             flags, task, Reason.MODEL_NOT_FOUND, f"no OpenVINO model in the directory: {pipeline_resolve.LM_XML}"
         )
@@ -87,8 +90,15 @@ def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Lo
     limit = min(limits) if limits else None
     t = time.perf_counter()
     embeddings_report = None
+    detail = ""
     try:
-        if decided.task == Task.EMBEDDINGS:
+        if speech:
+            from . import transcription
+
+            service = transcription.load(flags, served_name, _encoder_properties(opts))
+            resolved = TaskPipeline.WHISPER
+            detail = f" (word timestamps: {'on' if service.word_timestamps else 'off, the model does not allow them'})"
+        elif decided.task == Task.EMBEDDINGS:
             from . import embeddings
 
             try:
@@ -118,7 +128,7 @@ def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Lo
         requested=flags.pipeline_type,
         resolved=resolved,
         reason=Reason.TASK_PIPELINE,
-        message=f"task {decided.task} runs openvino_genai.{resolved}Pipeline; pipelineType applies to text "
+        message=f"task {decided.task} runs openvino_genai.{resolved}Pipeline{detail}; pipelineType applies to text "
         "generation only",
     )
     return Loaded(engine, pipeline, layout.max_position, task, embeddings_report, service)

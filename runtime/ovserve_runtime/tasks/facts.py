@@ -14,6 +14,9 @@ from .resolve import ModelFacts, SentenceTransformers
 log = logging.getLogger("ovserve.tasks")
 
 ST_MODULES = "modules.json"
+WHISPER_ENCODER_XML = "openvino_encoder_model.xml"  # optimum-intel's automatic-speech-recognition export
+WHISPER_DECODER_XML = "openvino_decoder_model.xml"
+SPEECH_MODEL_TYPES = ("whisper",)  # config.json model_type values WhisperPipeline serves
 ST_POOLING = "sentence_transformers.models.Pooling"
 
 
@@ -23,6 +26,18 @@ def _json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def speech_evidence(root: Path, cfg: dict) -> str | None:
+    """Why the directory is a Whisper export (its encoder and decoder IR, config.json agreeing), else None."""
+    if not ((root / WHISPER_ENCODER_XML).is_file() and (root / WHISPER_DECODER_XML).is_file()):
+        return None
+    model_type = cfg.get("model_type")
+    if model_type is None:
+        return f"{WHISPER_ENCODER_XML} + {WHISPER_DECODER_XML} (no config.json model_type)"
+    if model_type in SPEECH_MODEL_TYPES:
+        return f"{WHISPER_ENCODER_XML} + {WHISPER_DECODER_XML}, config.json model_type {model_type}"
+    return None  # another encoder-decoder (e.g. a T5 export): not speech
 
 
 def read_facts(model_path: str) -> ModelFacts:
@@ -57,6 +72,7 @@ def read_facts(model_path: str) -> ModelFacts:
         inputs=inputs,
         architectures=archs,
         num_labels=num_labels,
+        speech=speech_evidence(root, cfg),
     )
 
 

@@ -3,6 +3,8 @@ computed. Pure: the facts about the model come in as plain values (`ModelFacts`,
 decisions come out, so the rules are unit-tested table-driven.
 
 AUTO reads the model, IR first (what will really run), config.json second:
+- a Whisper export (openvino_encoder_model.xml + openvino_decoder_model.xml, the layout of optimum-intel's
+  automatic-speech-recognition export, with config.json's model_type whisper or no config.json): transcription;
 - a vision-language directory, or an IR with `logits` over a vocabulary ([batch, sequence, vocab]) or a
   `beam_idx` input (a stateful decoder): text-generation;
 - an IR with `logits` [batch, 1] (a sequence classifier with one label, a cross-encoder): rerank;
@@ -10,8 +12,8 @@ AUTO reads the model, IR first (what will really run), config.json second:
   without LM head: embeddings;
 - otherwise config.json's architecture (`...ForCausalLM`, `...ForSequenceClassification` with one label,
   `...Model`), else text-generation (the pipeline loader then says what is wrong with the directory).
-A task asked for that the model is not is TaskMismatch; a pinned pipelineType with embeddings or rerank too
-(pipelineType chooses among text-generation pipelines only).
+A task asked for that the model is not is TaskMismatch; a pinned pipelineType with embeddings, rerank or
+transcription too (pipelineType chooses among text-generation pipelines only).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class ModelFacts:
     inputs: tuple[str, ...] = ()
     architectures: tuple[str, ...] = ()  # config.json
     num_labels: int | None = None  # config.json id2label / num_labels
+    speech: str | None = None  # a speech-to-text export's evidence (e.g. "whisper encoder + decoder IR"), else None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ def _classifier(f: ModelFacts) -> bool:
 
 def detect(f: ModelFacts) -> tuple[Task | None, str]:
     """What the model is (None: not recognisable), and the evidence."""
+    if f.speech is not None:  # before config.json: WhisperForConditionalGeneration reads like a generator
+        return Task.TRANSCRIPTION, f"model: {f.speech}"
     if f.vlm:
         return Task.TEXT_GENERATION, "model: vision-language directory"
     if not f.has_ir:

@@ -176,7 +176,7 @@ class TaskEngine:
                 out[kind] = value
                 done.set()
 
-        probe = _Probe(texts=list(self.smoke_job.texts), query=self.smoke_job.query)
+        probe = _Probe(texts=list(self.smoke_job.texts), query=self.smoke_job.query, extra=self.smoke_job.extra)
         self.submit(probe)
         if not done.wait(timeout):
             raise EngineError("smoke call timed out")
