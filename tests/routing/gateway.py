@@ -1,0 +1,261 @@
+"""The local routing gateway of the routing tests (issue 39, docs/routing.md): GIE's endpoint picker (EPP) and Envoy
+as processes of this machine, run inside the cluster's network namespace (pod addresses reachable, as from a
+gateway pod), both built by `make routing` (hack/build-routing.sh). No stand-in: the real `epp` v1.5.0 watching a
+real InferencePool, and Envoy 1.40 asking it per request over ext_proc (FULL_DUPLEX_STREAMED bodies), then
+forwarding to the pod it named through an ORIGINAL_DST cluster keyed by the `x-gateway-destination-endpoint`
+header: the shape of GIE's own test/testdata/envoy.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ovserve_operator import routing
+
+ROOT = Path(__file__).resolve().parents[2]
+_API = "type.googleapis.com/envoy.extensions"
+DESTINATION_HEADER = "x-gateway-destination-endpoint"  # what the EPP sets and Envoy's ORIGINAL_DST follows
+EXT_PROC_TIMEOUT_S = 10
+ROUTE_TIMEOUT_S = 600
+START_TIMEOUT_S = 60
+
+
+def routing_bin_dir() -> Path:
+    """$ROUTING_BIN_DIR of hack/versions.env: where `make routing` puts epp, envoy and the CRD."""
+    out = subprocess.run(
+        ["bash", "-c", f". {ROOT / 'hack' / 'versions.env'} && echo $ROUTING_BIN_DIR"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return Path(out)
+
+
+def missing_artefacts(bin_dir: Path) -> list[str]:
+    """What `make routing` would build that is not there."""
+    want = [bin_dir / "epp", bin_dir / "envoy", bin_dir / "crds" / "inferencepools.yaml"]
+    return [str(p) for p in want if not p.exists()]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _socket(port: int) -> dict:
+    return {"socket_address": {"address": "127.0.0.1", "port_value": port}}
+
+
+def envoy_config(listen_port: int, admin_port: int, picker_port: int) -> dict:
+    """Envoy's bootstrap: one listener on loopback whose every request is handed to the picker (ext_proc: headers,
+    bodies streamed both ways, trailers) and forwarded to the pod the picker named; the picker over TLS (the EPP
+    serves a self-signed certificate: no verification, as in GIE's reference) and HTTP/2."""
+    ext_proc = {
+        "name": "envoy.filters.http.ext_proc",
+        "typed_config": {
+            "@type": f"{_API}.filters.http.ext_proc.v3.ExternalProcessor",
+            "grpc_service": {"envoy_grpc": {"cluster_name": "ext_proc"}, "timeout": f"{EXT_PROC_TIMEOUT_S}s"},
+            "processing_mode": {
+                "request_header_mode": "SEND",
+                "response_header_mode": "SEND",
+                "request_body_mode": "FULL_DUPLEX_STREAMED",
+                "response_body_mode": "FULL_DUPLEX_STREAMED",
+                "request_trailer_mode": "SEND",
+                "response_trailer_mode": "SEND",
+            },
+            "message_timeout": f"{ROUTE_TIMEOUT_S}s",
+        },
+    }
+    router = {
+        "name": "envoy.filters.http.router",
+        "typed_config": {
+            "@type": f"{_API}.filters.http.router.v3.Router",
+            "suppress_envoy_headers": True,
+        },
+    }
+    hcm = {
+        "@type": f"{_API}.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "gateway",
+        "route_config": {
+            "name": "pool",
+            "virtual_hosts": [
+                {
+                    "name": "pool",
+                    "domains": ["*"],
+                    "routes": [
+                        {
+                            "match": {"prefix": "/"},
+                            "route": {
+                                "cluster": "original_destination_cluster",
+                                "timeout": f"{ROUTE_TIMEOUT_S}s",
+                                "idle_timeout": f"{ROUTE_TIMEOUT_S}s",
+                            },
+                        }
+                    ],
+                }
+            ],
+        },
+        "http_filters": [ext_proc, router],
+    }
+    h2 = {
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": f"{_API}.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}},
+        }
+    }
+    return {
+        "admin": {"address": _socket(admin_port)},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "gateway",
+                    "address": _socket(listen_port),
+                    "filter_chains": [
+                        {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]}
+                    ],
+                }
+            ],
+            "clusters": [
+                {
+                    "name": "original_destination_cluster",
+                    "type": "ORIGINAL_DST",
+                    "connect_timeout": "5s",
+                    "lb_policy": "CLUSTER_PROVIDED",
+                    "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
+                },
+                {
+                    "name": "ext_proc",
+                    "type": "STATIC",
+                    "connect_timeout": "5s",
+                    "lb_policy": "LEAST_REQUEST",
+                    "typed_extension_protocol_options": h2,
+                    "transport_socket": {
+                        "name": "envoy.transport_sockets.tls",
+                        "typed_config": {
+                            "@type": f"{_API}.transport_sockets.tls.v3.UpstreamTlsContext",
+                            "common_tls_context": {"validation_context": {}},
+                        },
+                    },
+                    "load_assignment": {
+                        "cluster_name": "ext_proc",
+                        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(picker_port)}}]}],
+                    },
+                },
+            ],
+        },
+    }
+
+
+@dataclass
+class Gateway:
+    """EPP + Envoy for one InferencePool; `url` is Envoy's listener. Started by start(), stopped by stop()."""
+
+    pool: str
+    namespace: str
+    kubeconfig: Path
+    workdir: Path
+    bin_dir: Path = field(default_factory=routing_bin_dir)
+    listen_port: int = field(default_factory=free_port)
+    admin_port: int = field(default_factory=free_port)
+    picker_port: int = field(default_factory=free_port)
+    picker_health_port: int = field(default_factory=free_port)
+    picker_metrics_port: int = field(default_factory=free_port)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listen_port}"
+
+    @property
+    def picker_log(self) -> Path:
+        return self.workdir / "epp.log"
+
+    @property
+    def envoy_log(self) -> Path:
+        return self.workdir / "envoy.log"
+
+    def picker_args(self) -> list[str]:
+        """The EPP's command line as the operator renders it (routing.picker_args), on this gateway's ports."""
+        owner = routing.Owner(name=self.pool, namespace=self.namespace, labels={}, owner_reference={})
+        args = routing.picker_args(owner)
+        ports = {
+            "--grpc-port": self.picker_port,
+            "--grpc-health-port": self.picker_health_port,
+            "--metrics-port": self.picker_metrics_port,
+            "--config-file": self.workdir / routing.PICKER_CONFIG_FILE,
+        }
+        for flag, value in ports.items():
+            args[args.index(flag) + 1] = str(value)
+        return args
+
+    def start(self) -> Gateway:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / routing.PICKER_CONFIG_FILE).write_text(routing.picker_config_text())
+        envoy_yaml = self.workdir / "envoy.json"
+        envoy_yaml.write_text(json.dumps(envoy_config(self.listen_port, self.admin_port, self.picker_port)))
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "NAMESPACE": self.namespace, "POD_NAME": "epp-local"}
+        with open(self.picker_log, "w") as log:
+            self.procs.append(
+                subprocess.Popen([str(self.bin_dir / "epp"), *self.picker_args()], stdout=log, stderr=log, env=env)
+            )
+        with open(self.envoy_log, "w") as log:
+            envoy = [
+                str(self.bin_dir / "envoy"),
+                "-c",
+                str(envoy_yaml),
+                "--base-id",
+                str(self.listen_port),  # its shared-memory id: one per Envoy of this machine
+                "--log-level",
+                "warn",
+                "--concurrency",
+                "2",
+            ]
+            self.procs.append(subprocess.Popen(envoy, stdout=log, stderr=log))
+        self._wait_admin()
+        return self
+
+    def _wait_admin(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"{p.args[0]} exited {p.returncode}:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"envoy not ready after {START_TIMEOUT_S}s:\n{self.logs()}")
+
+    def picker_metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.picker_metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def logs(self, limit: int = 6000) -> str:
+        parts = []
+        for path in (self.picker_log, self.envoy_log):
+            if path.exists():
+                parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-limit:]}")
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

@@ -1,0 +1,187 @@
+"""End to end (issue 39): Envoy and GIE's real endpoint picker in front of three replicas of a tiny chat serving on
+the real cluster. The operator runs the serving; the test applies the InferencePool that routing.py renders for it
+(owned by the LLMServing) and runs the gateway of tests/routing/gateway.py in the cluster's network namespace.
+
+- a streamed chat through the gateway arrives intact (every event parses, one finish, `data: [DONE]` last);
+- the picker scrapes the pods through the `openvino` engine config (its own metrics name every pod of the pool);
+- requests are spread by the picker over the pods (each pod's ovserve_requests_total counts some).
+
+Skipped, with the reason, where `make routing` has not built the EPP, Envoy and the CRD.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+import uuid
+from collections import Counter
+
+import pytest
+from ovserve_operator import render, routing
+
+from tests.conftest import make_namespace
+from tests.operator.conftest import OperatorProcess
+from tests.operator.test_operator_e2e import llms, models_claim, pvc_model, status
+
+from .gateway import Gateway, missing_artefacts, routing_bin_dir
+
+pytestmark = [pytest.mark.cluster]
+
+NAME = "routed"
+REPLICAS = 3
+SELECTOR = ",".join(f"{k}={v}" for k, v in render.selector_labels(NAME).items())
+SPREAD_REQUESTS = 24  # bounded load: short non-streamed chats, 4 at a time
+SPREAD_CONCURRENCY = 4
+MAX_TOKENS = 16
+
+_missing = missing_artefacts(routing_bin_dir())
+if _missing:
+    pytest.skip(f"`make routing` has not built {', '.join(_missing)}", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def rt_ns(cluster, crd):
+    ns = make_namespace(cluster, "t-routing")
+    yield ns
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def pool_crd(cluster) -> str:
+    path = routing_bin_dir() / "crds" / "inferencepools.yaml"
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    cluster.kubectl("wait", "--for", "condition=Established", "crd/inferencepools.inference.networking.k8s.io")
+    cluster.wait_for(
+        lambda: cluster.kubectl("get", "inferencepools", "-A", check=False).returncode == 0, 30, "pools served"
+    )
+    return "inferencepools.inference.networking.k8s.io"
+
+
+@pytest.fixture(scope="module")
+def rt_operator(cluster, rt_ns, tmp_path_factory):
+    op = OperatorProcess(rt_ns, "op-rt", f"ovserve-operator-{uuid.uuid4().hex[:6]}", tmp_path_factory.mktemp("op"), {})
+    cluster.wait_for(lambda: (op.health() or {}).get("kopf") or not op.alive(), 60, "operator leader")
+    assert op.alive(), op.logs()
+    yield op
+    op.stop()
+
+
+@pytest.fixture(scope="module")
+def serving(cluster, rt_ns, rt_operator, pool_crd, project_image, tiny_models):
+    """Three Ready replicas of tiny-llm (prefix caching on) and the InferencePool selecting them."""
+    spec = {
+        "model": pvc_model("tiny-llm"),
+        "replicas": REPLICAS,
+        "scheduler": {"maxNumSeqs": 8, "enablePrefixCaching": True},
+    }
+    with models_claim(cluster, rt_ns, tiny_models):
+        cluster.apply(llms(NAME, spec), rt_ns)
+        cluster.wait_for(
+            lambda: status(cluster, rt_ns, NAME).get("readyReplicas") == REPLICAS, 300, f"{NAME} {REPLICAS} ready"
+        )
+        obj = cluster.get("llmserving", NAME, rt_ns)
+        owner = routing.Owner(
+            name=NAME,
+            namespace=rt_ns,
+            labels=render.labels(NAME),
+            owner_reference=render.owner_reference(NAME, obj["metadata"]["uid"]),
+        )
+        pool = routing.render_inference_pool(owner, render.selector_labels(NAME), routing.RoutingParams(picker=False))
+        cluster.apply(pool, rt_ns)
+        yield NAME
+        cluster.kubectl("delete", "llmserving", NAME, "-n", rt_ns, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def gateway(cluster, rt_ns, serving, tmp_path_factory, request):
+    gw = Gateway(pool=serving, namespace=rt_ns, kubeconfig=cluster.kubeconfig, workdir=tmp_path_factory.mktemp("gw"))
+    gw.start()
+    try:
+        # the picker has read the pool and scraped every pod: a request goes through
+        cluster.wait_for(lambda: _chat(gw.url, "warm up", stream=False)[0] == 200, 90, "a chat through the gateway")
+        yield gw
+    finally:
+        gw.stop()
+        if request.session.testsfailed:
+            print(gw.logs())
+
+
+def runtime_pods(cluster, ns: str) -> list[dict]:
+    out = cluster.kubectl("get", "pods", "-n", ns, "-l", SELECTOR, "-o", "json").stdout
+    return [p for p in json.loads(out)["items"] if p["metadata"].get("deletionTimestamp") is None]
+
+
+def requests_served(pod: dict) -> float:
+    """ovserve_requests_total of one pod, read from its own address."""
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8000/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("ovserve_requests_total{"))
+
+
+def _chat(url: str, content: str, *, stream: bool, max_tokens: int = MAX_TOKENS) -> tuple[int, bytes]:
+    body = {
+        "model": NAME,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+    req = urllib.request.Request(
+        url + "/v3/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_streamed_chat_arrives_intact(gateway):
+    code, raw = _chat(gateway.url, "tell me a story", stream=True, max_tokens=64)
+    assert code == 200, raw[-2000:]
+    events = [ln[len(b"data: ") :] for ln in raw.split(b"\n") if ln.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]", raw[-500:]
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    finishes = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch.get("finish_reason")]
+    assert len(finishes) == 1, finishes
+    assert len({c["id"] for c in chunks}) == 1
+    text = "".join(ch["delta"].get("content") or "" for c in chunks for ch in c["choices"])
+    assert text
+
+
+def test_the_picker_scrapes_every_pod_of_the_pool(cluster, rt_ns, gateway):
+    pods = {p["metadata"]["name"] for p in runtime_pods(cluster, rt_ns)}
+    assert len(pods) == REPLICAS
+
+    def seen() -> set[str]:
+        text = gateway.picker_metrics()
+        return {name for name in pods if name in text}
+
+    # the EPP's per-pod gauges (queue, KV usage) carry the pod name once it scraped the pod
+    assert cluster.wait_for(lambda: seen() == pods, 30, "the picker's metrics naming every pod")
+
+
+def test_requests_are_spread_over_the_pods(cluster, rt_ns, gateway):
+    pods = runtime_pods(cluster, rt_ns)
+    before = {p["metadata"]["name"]: requests_served(p) for p in pods}
+    codes: Counter[int] = Counter()
+    lock = threading.Lock()
+    prompts = iter(range(SPREAD_REQUESTS))
+
+    def client() -> None:
+        for i in prompts:  # distinct prompts: no prefix affinity pins them to one pod
+            code, _ = _chat(gateway.url, f"{uuid.uuid4().hex} question {i}", stream=False)
+            with lock:
+                codes[code] += 1
+
+    threads = [threading.Thread(target=client) for _ in range(SPREAD_CONCURRENCY)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert codes == {200: SPREAD_REQUESTS}, codes
+    served = {p["metadata"]["name"]: requests_served(p) - before[p["metadata"]["name"]] for p in pods}
+    print(f"requests per pod through the gateway: {served}")
+    assert sum(served.values()) == SPREAD_REQUESTS, served
+    assert sum(1 for n in served.values() if n > 0) >= 2, served
