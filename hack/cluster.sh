@@ -14,9 +14,14 @@
 #   hack/cluster.sh gpu on [N] | off | status   the fake Intel GPU device plugin (N fake gpu.intel.com/i915)
 #   hack/cluster.sh autoscaling on | off | status   Prometheus (scrapes runtime pods) and KEDA (operator +
 #                               metrics API server registered as v1beta1.external.metrics.k8s.io)
+#   hack/cluster.sh node2 up | down | status | stop-kubelet | start-kubelet | kill | partition | heal | drain ...
+#                               a second real node, tainted ovserve.dev/test-node2=true:NoSchedule (hack/node2.sh)
+#   hack/cluster.sh apiserver stop | start | outage SECONDS   kill the kube-apiserver (SIGKILL), start it again,
+#                               or both with SECONDS between (node-fault tests; holds the lock: `up` waits meanwhile)
 # Environment: OVSERVE_CLUSTER_DIR (state, default /tmp/ovserve-cluster), OVSERVE_NETNS (default ovserve),
 # OVSERVE_FAKE_GPUS (devices the plugin advertises at `up`, default 2; 0 = plugin off),
-# OVSERVE_AUTOSCALING (auto|on|off at `up`, default auto: on when hack/build-addons.sh has built them).
+# OVSERVE_AUTOSCALING (auto|on|off at `up`, default auto: on when hack/build-addons.sh has built them),
+# OVSERVE_NODES (1 or 2 at `up`, default 1: 2 starts node2 too).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -187,7 +192,7 @@ up() {
   need_binaries
   mkdir -p "$ST" "$L"
   lock                                # concurrent `up`s (parallel test sessions) wait for each other
-  if [ -e "/var/run/netns/$NS" ] && healthy; then log "already up ($ST, netns $NS)"; gpu_default; autoscaling_default; return; fi
+  if [ -e "/var/run/netns/$NS" ] && healthy; then log "already up ($ST, netns $NS)"; gpu_default; autoscaling_default; node2_default; return; fi
   if [ -e "/var/run/netns/$NS" ]; then log "found a partial cluster: restarting it"; stop_all; fi
   local t0=$SECONDS
   [ -e "/var/run/netns/$NS" ] || { ip netns add "$NS"; $IN ip link set lo up; }
@@ -223,7 +228,9 @@ up() {
   gpu_default
   autoscaling_default
   log "up in $((SECONDS - t0))s: KUBECONFIG=$ST/kubeconfig, enter with: hack/cluster.sh exec bash"
+  node2_default
 }
+node2_default() { if [ "${OVSERVE_NODES:-1}" = 2 ]; then "$here/node2.sh" up 9>&-; fi; }
 
 # Pod network namespaces hold at least their pause process while alive: one without any process is a leftover.
 rm_orphan_netns() {
@@ -252,6 +259,8 @@ stop_all() {
 
 down() {
   [ -d "$ST" ] || { ip netns del "$NS" 2>/dev/null || true; log "nothing to stop"; return; }
+  # node2 first, while the apiserver still answers (its Node object is deleted); it lives on this namespace's link
+  if [ -d "$ST/node2" ] || [ -e "/var/run/netns/$NS-node2" ]; then "$here/node2.sh" down; fi
   lock
   stop_all
   ip netns del "$NS" 2>/dev/null || true
@@ -402,6 +411,28 @@ autoscaling_default() {
   esac
 }
 
+# The issue-44 control-plane outage: the apiserver killed (no drain, as a crash or a lost machine), then started.
+apiserver() {
+  case ${1:-} in
+    stop)
+      lock
+      if alive apiserver; then kill -9 "$(cat "$ST/apiserver.pid")"; for _ in $(seq 100); do alive apiserver || break; sleep 0.1; done; fi
+      rm -f "$ST/apiserver.pid"; log "kube-apiserver stopped";;
+    start) lock; start_apiserver; log "kube-apiserver started";;
+    outage)
+      local s=${2:?usage: $0 apiserver outage SECONDS}
+      lock                              # a concurrent `up` would take the stopped apiserver for a broken cluster
+      alive apiserver || { log "kube-apiserver not running"; exit 1; }
+      local t0=$SECONDS
+      kill -9 "$(cat "$ST/apiserver.pid")"; for _ in $(seq 100); do alive apiserver || break; sleep 0.1; done
+      rm -f "$ST/apiserver.pid"; log "kube-apiserver stopped for ${s}s"
+      sleep "$s"
+      local t1=$SECONDS; start_apiserver
+      log "kube-apiserver ready again after $((SECONDS - t0))s (start to /readyz $((SECONDS - t1))s)";;
+    *) echo "usage: $0 apiserver stop | start | outage SECONDS" >&2; exit 2;;
+  esac
+}
+
 case ${1:-} in
   up) up;;
   down) down;;
@@ -412,5 +443,7 @@ case ${1:-} in
   logs) if [ -n "${2:-}" ]; then tail -n "${TAIL:-100}" "$L/$2.log"; else ls "$L"; fi;;
   gpu) shift; gpu "$@";;
   autoscaling) shift; autoscaling "$@";;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;
+  node2) shift; exec "$here/node2.sh" "$@";;
+  apiserver) shift; apiserver "$@";;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;
 esac

@@ -6,7 +6,8 @@
 #                            Dockerfile, constraints.txt, pyproject.toml, runtime/ or operator/ change
 #   hack/images.sh standin   localhost/ovserve-standin:1, a hostile stand-in runtime (hack/standin) on the base
 #   hack/images.sh all
-# Images are imported into the cluster's containerd when it runs (OVSERVE_CLUSTER_DIR), else only built.
+# Images are imported into the cluster's containerd when it runs (OVSERVE_CLUSTER_DIR), else only built; into
+# node2's too while it runs (hack/node2.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/.." && pwd)
 . "$here/versions.env"
@@ -24,14 +25,20 @@ ctr_() { ctr -a "$SOCK" -n k8s.io "$@"; }
 
 # import IMAGE KEY: load into containerd unless the same KEY was imported into this cluster already
 import() {
-  local img=$1 key=$2 stamp="$ST/images/$(echo "$1" | tr '/:' '__').imported"
+  import_into "$1" "$2"
+  # node2 (hack/node2.sh), while its containerd runs: the same images as node1
+  if [ -S "$ST/node2/containerd.sock" ]; then SOCK=$ST/node2/containerd.sock STAMPS=$ST/node2/images import_into "$1" "$2"; fi
+}
+import_into() {
+  local img=$1 key=$2 stamps=${STAMPS:-$ST/images} stamp
+  stamp="$stamps/$(echo "$1" | tr '/:' '__').imported"
   [ -S "$SOCK" ] && ctr_ version >/dev/null 2>&1 || { log "containerd not running: $img built, not imported"; return 0; }
   if [ "$(cat "$stamp" 2>/dev/null)" = "$key" ] && ctr_ images ls -q | grep -qx "$img"; then return 0; fi
   local tar="$IMG_CACHE/import-$$.tar"
   buildah push -q "$img" "oci-archive:$tar:$img" >/dev/null
   ctr_ images import --no-unpack=false "$tar" >/dev/null
-  rm -f "$tar"; echo "$key" > "$stamp"
-  log "imported $img into the node"
+  rm -f "$tar"; mkdir -p "$stamps"; echo "$key" > "$stamp"
+  log "imported $img into ${STAMPS:+node2}${STAMPS:-the node}"
 }
 
 pause() {
