@@ -71,6 +71,15 @@ up:
 status:
 	hack/cluster.sh status
 
+# A second real node (hack/node2.sh), tainted ovserve.dev/test-node2=true:NoSchedule: only pods that tolerate it
+# land there. Nothing starts it by default; `make down` stops it with the cluster.
+.PHONY: node2 node2-down
+node2: up  ## the second node, for node-fault and spreading tests (README: Two-node cluster)
+	hack/cluster.sh node2 up
+
+node2-down:
+	hack/cluster.sh node2 down
+
 images:  ## the pause and project images (~3 min cold); imported into the node when the cluster runs
 	hack/images.sh all
 
