@@ -4,7 +4,9 @@ the real cluster. The operator runs the serving; the test applies the InferenceP
 
 - a streamed chat through the gateway arrives intact (every event parses, one finish, `data: [DONE]` last);
 - the picker scrapes the pods through the `openvino` engine config (its own metrics name every pod of the pool);
-- requests are spread by the picker over the pods (each pod's ovserve_requests_total counts some).
+- requests are spread by the picker over the pods (each pod's ovserve_requests_total counts some);
+- prefix affinity: requests sharing a long prompt prefix (several prefixes, interleaved) land on one pod per prefix;
+- load skew: a pod kept busy with long generations (sent to it directly) gets few of the new requests.
 
 Skipped, with the reason, where `make routing` has not built the EPP, Envoy and the CRD.
 """
@@ -12,7 +14,9 @@ Skipped, with the reason, where `make routing` has not built the EPP, Envoy and 
 from __future__ import annotations
 
 import json
+import random
 import threading
+import time
 import urllib.request
 import uuid
 from collections import Counter
@@ -34,6 +38,14 @@ SELECTOR = ",".join(f"{k}={v}" for k, v in render.selector_labels(NAME).items())
 SPREAD_REQUESTS = 24  # bounded load: short non-streamed chats, 4 at a time
 SPREAD_CONCURRENCY = 4
 MAX_TOKENS = 16
+PREFIXES = 3  # distinct long shared prefixes (a system prompt each), interleaved
+PER_PREFIX = 6
+PREFIX_WORDS = 70  # ~550 characters, ~350 tokens of tiny-llm (512 at most): several of the picker's prefix blocks
+BUSY_STREAMS = 6  # long generations sent straight to one pod (within maxNumSeqs 8: all run)
+BUSY_TOKENS = 480
+BUSY_RUNNING = 3  # the busy pod counts as busy from this many running requests
+BUSY_MAX_PER_STREAM = 40
+SKEW_REQUESTS = 12
 
 _missing = missing_artefacts(routing_bin_dir())
 if _missing:
@@ -112,11 +124,28 @@ def runtime_pods(cluster, ns: str) -> list[dict]:
     return [p for p in json.loads(out)["items"] if p["metadata"].get("deletionTimestamp") is None]
 
 
-def requests_served(pod: dict) -> float:
-    """ovserve_requests_total of one pod, read from its own address."""
+def scrape(pod: dict) -> str:
     with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8000/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("ovserve_requests_total{"))
+        return r.read().decode()
+
+
+def requests_served(pod: dict, endpoint: str = "chat") -> float:
+    """ovserve_requests_total of one pod for one endpoint (chat: what the gateway was sent), from its own address."""
+    head = f'ovserve_requests_total{{endpoint="{endpoint}"'
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in scrape(pod).splitlines() if ln.startswith(head))
+
+
+def gauge(pod: dict, name: str) -> float:
+    return next(float(ln.rsplit(" ", 1)[1]) for ln in scrape(pod).splitlines() if ln.startswith(name + " "))
+
+
+def served_by(pods: list[dict], send) -> str:
+    """Which pod served one request sent by `send()` (sequential: the one whose chat counter moved)."""
+    before = {p["metadata"]["name"]: requests_served(p) for p in pods}
+    send()
+    moved = [p["metadata"]["name"] for p in pods if requests_served(p) > before[p["metadata"]["name"]]]
+    assert len(moved) == 1, moved
+    return moved[0]
 
 
 def _chat(url: str, content: str, *, stream: bool, max_tokens: int = MAX_TOKENS) -> tuple[int, bytes]:
@@ -185,3 +214,67 @@ def test_requests_are_spread_over_the_pods(cluster, rt_ns, gateway):
     print(f"requests per pod through the gateway: {served}")
     assert sum(served.values()) == SPREAD_REQUESTS, served
     assert sum(1 for n in served.values() if n > 0) >= 2, served
+
+
+def test_shared_prefixes_land_prefix_affine(cluster, rt_ns, gateway):
+    """Each long prefix (interleaved with the others, a fresh question each time) is served by one pod: the picker's
+    prefix scorer remembers where it sent the prefix's blocks (an idle pool: the other scorers tie)."""
+    pods = runtime_pods(cluster, rt_ns)
+    rng = random.Random(39)
+    words = [f"w{rng.randrange(10_000)}" for _ in range(PREFIXES * PREFIX_WORDS)]
+    prefixes = [" ".join(words[i * PREFIX_WORDS : (i + 1) * PREFIX_WORDS]) for i in range(PREFIXES)]
+    where: dict[int, list[str]] = {i: [] for i in range(PREFIXES)}
+    for k in range(PER_PREFIX):
+        for i, prefix in enumerate(prefixes):
+
+            def send(prefix=prefix, k=k) -> None:
+                code, raw = _chat(gateway.url, f"{prefix}\nquestion {k}: {uuid.uuid4().hex[:8]}", stream=False)
+                assert code == 200, raw[-500:]
+
+            where[i].append(served_by(pods, send))
+    print(f"pods per prefix: {where}")
+    for i, names in where.items():
+        top = Counter(names).most_common(1)[0][1]
+        assert top >= PER_PREFIX - 1, (i, names)
+
+
+def test_a_busy_pod_gets_few_new_requests(cluster, rt_ns, gateway):
+    """One pod kept busy by long generations sent to it directly, back to back (completions, not counted as chat):
+    the picker reads its queue and running gauges and sends the new chats elsewhere."""
+    pods = runtime_pods(cluster, rt_ns)
+    busy = pods[0]
+    url = f"http://{busy['status']['podIP']}:8000/v3/completions"
+    body = json.dumps({"model": NAME, "prompt": "once upon a time", "max_tokens": BUSY_TOKENS, "ignore_eos": True})
+    stop = threading.Event()
+
+    def long_generations() -> None:
+        for _ in range(BUSY_MAX_PER_STREAM):  # bounded, whatever happens below
+            if stop.is_set():
+                return
+            req = urllib.request.Request(url, body.encode(), {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=300) as r:
+                r.read()
+
+    load = [threading.Thread(target=long_generations) for _ in range(BUSY_STREAMS)]
+    for t in load:
+        t.start()
+    try:
+        cluster.wait_for(
+            lambda: gauge(busy, "ovserve_requests_running") >= BUSY_RUNNING, 30, "the busy pod generating", 0.05
+        )
+        time.sleep(0.2)  # a few of the picker's 50 ms scrapes
+        before = {p["metadata"]["name"]: requests_served(p) for p in pods}
+        running_during: list[float] = []
+        for i in range(SKEW_REQUESTS):
+            code, raw = _chat(gateway.url, f"{uuid.uuid4().hex} short question {i}", stream=False)
+            assert code == 200, raw[-500:]
+            running_during.append(gauge(busy, "ovserve_requests_running"))
+        served = {p["metadata"]["name"]: requests_served(p) - before[p["metadata"]["name"]] for p in pods}
+    finally:
+        stop.set()
+        for t in load:
+            t.join(timeout=300)
+    print(f"new chats per pod while {busy['metadata']['name']} was busy: {served}; its running: {running_during}")
+    assert sum(served.values()) == SKEW_REQUESTS, served
+    assert sorted(running_during)[SKEW_REQUESTS // 2] >= BUSY_RUNNING, running_during  # busy throughout, mostly
+    assert served[busy["metadata"]["name"]] <= SKEW_REQUESTS // (2 * REPLICAS), served
