@@ -7,7 +7,7 @@ export OVSERVE_CLUSTER_DIR ?= /tmp/ovserve-cluster
 export OVSERVE_NETNS ?= ovserve
 
 .PHONY: demo test down lint unit deps binaries addons autoscaling venv models demo-models images image up status crds \
-	kwok scale-bench
+	kwok scale-bench routing
 # The demo builds only what it shows: the control plane and helm, two tiny models and the images; not the
 # Python venv (the tests' and benchmarks'), nor KEDA and Prometheus (`make autoscaling`). The three build
 # in parallel: the Go builds keep the CPU busy while the others mostly download (the exporter venv, the
@@ -16,7 +16,7 @@ demo: deps  ## cluster + operator (Helm) + two LLMServings on tiny models + a ch
 	$(MAKE) --no-print-directory -j3 binaries demo-models images
 	hack/demo.sh
 
-test: deps binaries addons venv lint models  ## every test tier: unit, runtime, cluster, operator, chart, autoscaling
+test: deps binaries addons routing venv lint models  ## every test tier: unit, runtime, cluster, operator, chart, autoscaling, routing
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
 
 unit: venv  ## the tests that need neither the cluster nor the models
@@ -37,6 +37,9 @@ binaries:  ## the control plane, etcd, helm and the fake GPU device plugin (~9 m
 
 addons:  ## KEDA and Prometheus, for autoscaling (~12 min cold; make test and tests/autoscaling need them)
 	hack/build-addons.sh
+
+routing:  ## the routing gateway's parts: GIE's endpoint picker v1.5.0 and InferencePool CRD, Envoy 1.40 (~2.5 min cold; docs/routing.md)
+	hack/build-routing.sh
 
 kwok:  ## kwok, simulated nodes for the operator's scale benchmark only (~2-5 min cold; optional)
 	hack/build-kwok.sh
