@@ -6,13 +6,15 @@ the real cluster. The operator runs the serving; the test applies the InferenceP
 - the picker scrapes the pods through the `openvino` engine config (its own metrics name every pod of the pool);
 - requests are spread by the picker over the pods (each pod's ovserve_requests_total counts some);
 - prefix affinity: requests sharing a long prompt prefix (several prefixes, interleaved) land on one pod per prefix;
-- load skew: a pod kept busy with long generations (sent to it directly) gets few of the new requests.
+- load skew: a pod kept busy with long generations (sent to it directly) gets few of the new requests;
+- a legacy-pipeline serving behind its own pool exports no KV-cache families and is routed on its queue.
 
 Skipped, with the reason, where `make routing` has not built the EPP, Envoy and the CRD.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -20,6 +22,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from ovserve_operator import render, routing
@@ -34,7 +37,8 @@ pytestmark = [pytest.mark.cluster]
 
 NAME = "routed"
 REPLICAS = 3
-SELECTOR = ",".join(f"{k}={v}" for k, v in render.selector_labels(NAME).items())
+LEGACY = "routed-legacy"
+LEGACY_REPLICAS = 2
 SPREAD_REQUESTS = 24  # bounded load: short non-streamed chats, 4 at a time
 SPREAD_CONCURRENCY = 4
 MAX_TOKENS = 16
@@ -45,6 +49,8 @@ BUSY_STREAMS = 6  # long generations sent straight to one pod (within maxNumSeqs
 BUSY_TOKENS = 480
 BUSY_RUNNING = 3  # the busy pod counts as busy from this many running requests
 BUSY_MAX_PER_STREAM = 40
+LEGACY_BUSY_STREAMS = 3  # one generates, two wait (the legacy pipeline runs one request at a time)
+LEGACY_QUEUED = 1
 SKEW_REQUESTS = 12
 
 _missing = missing_artefacts(routing_bin_dir())
@@ -79,39 +85,30 @@ def rt_operator(cluster, rt_ns, tmp_path_factory):
     op.stop()
 
 
-@pytest.fixture(scope="module")
-def serving(cluster, rt_ns, rt_operator, pool_crd, project_image, tiny_models):
-    """Three Ready replicas of tiny-llm (prefix caching on) and the InferencePool selecting them."""
-    spec = {
-        "model": pvc_model("tiny-llm"),
-        "replicas": REPLICAS,
-        "scheduler": {"maxNumSeqs": 8, "enablePrefixCaching": True},
-    }
-    with models_claim(cluster, rt_ns, tiny_models):
-        cluster.apply(llms(NAME, spec), rt_ns)
-        cluster.wait_for(
-            lambda: status(cluster, rt_ns, NAME).get("readyReplicas") == REPLICAS, 300, f"{NAME} {REPLICAS} ready"
-        )
-        obj = cluster.get("llmserving", NAME, rt_ns)
-        owner = routing.Owner(
-            name=NAME,
-            namespace=rt_ns,
-            labels=render.labels(NAME),
-            owner_reference=render.owner_reference(NAME, obj["metadata"]["uid"]),
-        )
-        pool = routing.render_inference_pool(owner, render.selector_labels(NAME), routing.RoutingParams(picker=False))
-        cluster.apply(pool, rt_ns)
-        yield NAME
-        cluster.kubectl("delete", "llmserving", NAME, "-n", rt_ns, "--wait=false", check=False)
+def start_serving(cluster, ns: str, name: str, spec: dict, replicas: int) -> None:
+    """An LLMServing of `replicas` Ready pods and the InferencePool routing.py renders for it (owned by it)."""
+    cluster.apply(llms(name, {**spec, "replicas": replicas}), ns)
+    cluster.wait_for(lambda: status(cluster, ns, name).get("readyReplicas") == replicas, 300, f"{name} ready")
+    obj = cluster.get("llmserving", name, ns)
+    owner = routing.Owner(
+        name=name,
+        namespace=ns,
+        labels=render.labels(name),
+        owner_reference=render.owner_reference(name, obj["metadata"]["uid"]),
+    )
+    pool = routing.render_inference_pool(owner, render.selector_labels(name), routing.RoutingParams(picker=False))
+    cluster.apply(pool, ns)
 
 
-@pytest.fixture(scope="module")
-def gateway(cluster, rt_ns, serving, tmp_path_factory, request):
-    gw = Gateway(pool=serving, namespace=rt_ns, kubeconfig=cluster.kubeconfig, workdir=tmp_path_factory.mktemp("gw"))
+@contextlib.contextmanager
+def open_gateway(cluster, ns: str, pool: str, workdir, request) -> Iterator[Gateway]:
+    gw = Gateway(pool=pool, namespace=ns, kubeconfig=cluster.kubeconfig, workdir=workdir)
     gw.start()
     try:
         # the picker has read the pool and scraped every pod: a request goes through
-        cluster.wait_for(lambda: _chat(gw.url, "warm up", stream=False)[0] == 200, 90, "a chat through the gateway")
+        cluster.wait_for(
+            lambda: _chat(gw.url, "warm up", stream=False, model=pool)[0] == 200, 90, "a chat through the gateway"
+        )
         yield gw
     finally:
         gw.stop()
@@ -119,8 +116,39 @@ def gateway(cluster, rt_ns, serving, tmp_path_factory, request):
             print(gw.logs())
 
 
-def runtime_pods(cluster, ns: str) -> list[dict]:
-    out = cluster.kubectl("get", "pods", "-n", ns, "-l", SELECTOR, "-o", "json").stdout
+@pytest.fixture(scope="module")
+def models(cluster, rt_ns, tiny_models):
+    with models_claim(cluster, rt_ns, tiny_models):
+        yield
+
+
+@pytest.fixture(scope="module")
+def serving(cluster, rt_ns, rt_operator, pool_crd, project_image, models):
+    """Three Ready replicas of tiny-llm (prefix caching on) and the InferencePool selecting them."""
+    spec = {"model": pvc_model("tiny-llm"), "scheduler": {"maxNumSeqs": 8, "enablePrefixCaching": True}}
+    start_serving(cluster, rt_ns, NAME, spec, REPLICAS)
+    yield NAME
+    cluster.kubectl("delete", "llmserving", NAME, "-n", rt_ns, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def gateway(cluster, rt_ns, serving, tmp_path_factory, request):
+    with open_gateway(cluster, rt_ns, serving, tmp_path_factory.mktemp("gw"), request) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def legacy_gateway(cluster, rt_ns, rt_operator, pool_crd, project_image, models, tmp_path_factory, request):
+    """Two replicas of the SDPA-free tiny model (the legacy fallback pipeline) behind a pool of their own."""
+    start_serving(cluster, rt_ns, LEGACY, {"model": pvc_model("tiny-llm-nosdpa")}, LEGACY_REPLICAS)
+    with open_gateway(cluster, rt_ns, LEGACY, tmp_path_factory.mktemp("gw-legacy"), request) as gw:
+        yield gw
+    cluster.kubectl("delete", "llmserving", LEGACY, "-n", rt_ns, "--wait=false", check=False)
+
+
+def runtime_pods(cluster, ns: str, name: str = NAME) -> list[dict]:
+    selector = ",".join(f"{k}={v}" for k, v in render.selector_labels(name).items())
+    out = cluster.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json").stdout
     return [p for p in json.loads(out)["items"] if p["metadata"].get("deletionTimestamp") is None]
 
 
@@ -148,9 +176,11 @@ def served_by(pods: list[dict], send) -> str:
     return moved[0]
 
 
-def _chat(url: str, content: str, *, stream: bool, max_tokens: int = MAX_TOKENS) -> tuple[int, bytes]:
+def _chat(
+    url: str, content: str, *, stream: bool, max_tokens: int = MAX_TOKENS, model: str = NAME
+) -> tuple[int, bytes]:
     body = {
-        "model": NAME,
+        "model": model,
         "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens,
         "stream": stream,
@@ -238,43 +268,73 @@ def test_shared_prefixes_land_prefix_affine(cluster, rt_ns, gateway):
         assert top >= PER_PREFIX - 1, (i, names)
 
 
-def test_a_busy_pod_gets_few_new_requests(cluster, rt_ns, gateway):
-    """One pod kept busy by long generations sent to it directly, back to back (completions, not counted as chat):
-    the picker reads its queue and running gauges and sends the new chats elsewhere."""
-    pods = runtime_pods(cluster, rt_ns)
-    busy = pods[0]
-    url = f"http://{busy['status']['podIP']}:8000/v3/completions"
-    body = json.dumps({"model": NAME, "prompt": "once upon a time", "max_tokens": BUSY_TOKENS, "ignore_eos": True})
+@contextlib.contextmanager
+def kept_busy(pod: dict, model: str, streams: int) -> Iterator[None]:
+    """`streams` clients sending long generations straight to `pod`, back to back (completions: not counted as
+    chat), until the block ends; bounded in count whatever happens."""
+    url = f"http://{pod['status']['podIP']}:8000/v3/completions"
+    body = json.dumps({"model": model, "prompt": "once upon a time", "max_tokens": BUSY_TOKENS, "ignore_eos": True})
     stop = threading.Event()
 
     def long_generations() -> None:
-        for _ in range(BUSY_MAX_PER_STREAM):  # bounded, whatever happens below
+        for _ in range(BUSY_MAX_PER_STREAM):
             if stop.is_set():
                 return
             req = urllib.request.Request(url, body.encode(), {"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=300) as r:
                 r.read()
 
-    load = [threading.Thread(target=long_generations) for _ in range(BUSY_STREAMS)]
+    load = [threading.Thread(target=long_generations) for _ in range(streams)]
     for t in load:
         t.start()
     try:
-        cluster.wait_for(
-            lambda: gauge(busy, "ovserve_requests_running") >= BUSY_RUNNING, 30, "the busy pod generating", 0.05
-        )
-        time.sleep(0.2)  # a few of the picker's 50 ms scrapes
-        before = {p["metadata"]["name"]: requests_served(p) for p in pods}
-        running_during: list[float] = []
-        for i in range(SKEW_REQUESTS):
-            code, raw = _chat(gateway.url, f"{uuid.uuid4().hex} short question {i}", stream=False)
-            assert code == 200, raw[-500:]
-            running_during.append(gauge(busy, "ovserve_requests_running"))
-        served = {p["metadata"]["name"]: requests_served(p) - before[p["metadata"]["name"]] for p in pods}
+        yield
     finally:
         stop.set()
         for t in load:
             t.join(timeout=300)
-    print(f"new chats per pod while {busy['metadata']['name']} was busy: {served}; its running: {running_during}")
+
+
+def skewed(cluster, gw: Gateway, pods: list[dict], busy: dict, model: str, signal: str, level: int):
+    """New chats through the gateway while `busy` is kept busy: (chats served per pod, the busy pod's `signal`
+    gauge after each chat)."""
+    cluster.wait_for(lambda: gauge(busy, signal) >= level, 30, f"the busy pod's {signal} at {level}", 0.05)
+    time.sleep(0.2)  # a few of the picker's 50 ms scrapes
+    before = {p["metadata"]["name"]: requests_served(p) for p in pods}
+    during: list[float] = []
+    for i in range(SKEW_REQUESTS):
+        code, raw = _chat(gw.url, f"{uuid.uuid4().hex} short question {i}", stream=False, model=model)
+        assert code == 200, raw[-500:]
+        during.append(gauge(busy, signal))
+    served = {p["metadata"]["name"]: requests_served(p) - before[p["metadata"]["name"]] for p in pods}
     assert sum(served.values()) == SKEW_REQUESTS, served
-    assert sorted(running_during)[SKEW_REQUESTS // 2] >= BUSY_RUNNING, running_during  # busy throughout, mostly
+    assert sorted(during)[SKEW_REQUESTS // 2] >= level, during  # busy through most of the chats
+    return served, during
+
+
+def test_a_busy_pod_gets_few_new_requests(cluster, rt_ns, gateway):
+    """One pod kept busy by long generations sent to it directly: the picker reads its queue and running gauges
+    and sends the new chats elsewhere."""
+    pods = runtime_pods(cluster, rt_ns)
+    busy = pods[0]
+    with kept_busy(busy, NAME, BUSY_STREAMS):
+        served, running = skewed(cluster, gateway, pods, busy, NAME, "ovserve_requests_running", BUSY_RUNNING)
+    print(f"new chats per pod while {busy['metadata']['name']} was busy: {served}; its running: {running}")
     assert served[busy["metadata"]["name"]] <= SKEW_REQUESTS // (2 * REPLICAS), served
+
+
+def test_a_legacy_pool_is_routed_on_what_it_reports(cluster, rt_ns, legacy_gateway):
+    """Legacy pods export no KV-cache families (no paged cache: no zero that attracts traffic), only their exact
+    queue and running counts; the picker routes on those: a legacy pod with requests waiting behind its one running
+    request gets few of the new chats."""
+    pods = runtime_pods(cluster, rt_ns, LEGACY)
+    assert len(pods) == LEGACY_REPLICAS
+    for pod in pods:
+        text = scrape(pod)
+        assert "ovserve_kv_cache_usage_ratio" not in text and "ovserve_kv_cache_config_info" not in text
+        assert 'resolved="LM"' in text and 'fallback="true"' in text  # ovserve_pipeline_info: the fallback runs
+    busy = pods[0]
+    with kept_busy(busy, LEGACY, LEGACY_BUSY_STREAMS):
+        served, queued = skewed(cluster, legacy_gateway, pods, busy, LEGACY, "ovserve_queue_depth", LEGACY_QUEUED)
+    print(f"legacy: new chats per pod while {busy['metadata']['name']} was busy: {served}; its queue: {queued}")
+    assert served[busy["metadata"]["name"]] <= SKEW_REQUESTS // (2 * LEGACY_REPLICAS), served
