@@ -7,7 +7,8 @@ the real cluster. The operator runs the serving; the test applies the InferenceP
 - requests are spread by the picker over the pods (each pod's ovserve_requests_total counts some);
 - prefix affinity: requests sharing a long prompt prefix (several prefixes, interleaved) land on one pod per prefix;
 - load skew: a pod kept busy with long generations (sent to it directly) gets few of the new requests;
-- a legacy-pipeline serving behind its own pool exports no KV-cache families and is routed on its queue.
+- a legacy-pipeline serving behind its own pool exports no KV-cache families and is routed on its queue;
+- a pod deleted under load leaves the pool and its replacement joins it, with no chat lost.
 
 Skipped, with the reason, where `make routing` has not built the EPP, Envoy and the CRD.
 """
@@ -51,6 +52,7 @@ BUSY_RUNNING = 3  # the busy pod counts as busy from this many running requests
 BUSY_MAX_PER_STREAM = 40
 LEGACY_BUSY_STREAMS = 3  # one generates, two wait (the legacy pipeline runs one request at a time)
 LEGACY_QUEUED = 1
+CHURN_MAX_PER_CLIENT = 2000  # bounds the churn load whatever happens
 SKEW_REQUESTS = 12
 
 _missing = missing_artefacts(routing_bin_dir())
@@ -338,3 +340,46 @@ def test_a_legacy_pool_is_routed_on_what_it_reports(cluster, rt_ns, legacy_gatew
         served, queued = skewed(cluster, legacy_gateway, pods, busy, LEGACY, "ovserve_queue_depth", LEGACY_QUEUED)
     print(f"legacy: new chats per pod while {busy['metadata']['name']} was busy: {served}; its queue: {queued}")
     assert served[busy["metadata"]["name"]] <= SKEW_REQUESTS // (2 * LEGACY_REPLICAS), served
+
+
+def test_a_pod_leaving_and_joining_the_pool_loses_nothing(cluster, rt_ns, gateway):
+    """Under steady chats through the gateway, one pod is deleted: it turns unready (preStop, drain) and leaves the
+    pool, its replacement joins once Ready and gets chats; every chat answers 200 (no retry anywhere)."""
+    pods = runtime_pods(cluster, rt_ns)
+    victim = pods[0]["metadata"]["name"]
+    codes: Counter[int] = Counter()
+    failures: list[bytes] = []
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def client(c: int) -> None:
+        for i in range(CHURN_MAX_PER_CLIENT):
+            if stop.is_set():
+                return
+            code, raw = _chat(gateway.url, f"{uuid.uuid4().hex} churn {c}.{i}", stream=True)
+            with lock:
+                codes[code] += 1
+                if code != 200 or not raw.rstrip().endswith(b"data: [DONE]"):
+                    failures.append(raw[-300:])
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(SPREAD_CONCURRENCY)]
+    for t in threads:
+        t.start()
+    try:
+        cluster.kubectl("delete", "pod", victim, "-n", rt_ns, "--wait=false")
+
+        def replaced() -> list[dict]:
+            now = runtime_pods(cluster, rt_ns)
+            ready = [p for p in now if all(c.get("ready") for c in p["status"].get("containerStatuses") or [{}])]
+            names = {p["metadata"]["name"] for p in ready}
+            return ready if len(ready) == REPLICAS and victim not in names else []
+
+        fresh = cluster.wait_for(replaced, 180, "a Ready replacement")
+        newcomer = next(p for p in fresh if p["metadata"]["name"] not in {q["metadata"]["name"] for q in pods})
+        cluster.wait_for(lambda: requests_served(newcomer) > 0, 60, "the replacement to get chats")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    print(f"chats during the churn: {dict(codes)}")
+    assert not failures and set(codes) == {200}, (codes, failures[:3])
