@@ -33,7 +33,7 @@ class AudioServing(TaskServing):
     """One audio endpoint: transcriptions, or translations (`translate`: into English)."""
 
     def __init__(self, state: ServingState, endpoint: str, translate: bool) -> None:
-        super().__init__(state, Task.TRANSCRIPTION, endpoint)
+        super().__init__(state, Task.TRANSCRIPTION, endpoint, inline=False)  # the form and audio: in the pool
         self.translate = translate
 
     def attach(self, engine, service) -> None:
@@ -47,7 +47,6 @@ class AudioServing(TaskServing):
     async def prepare(self, raw: Any) -> tuple[Any, Any]:
         if self.run is None:
             raise self.state.not_ready()
-        self.inline = False  # never on the loop: the form and the audio are decoded in the pool
         return await super().prepare(raw)
 
     async def respond(self, request: web.Request, job, context) -> tuple[web.StreamResponse, str]:

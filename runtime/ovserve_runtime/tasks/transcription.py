@@ -34,6 +34,7 @@ log = logging.getLogger("ovserve.tasks")
 
 SMOKE_SECONDS = 1.0
 SMOKE_TOKENS = 4  # the smoke call proves the pipeline, it does not need a transcript
+ENGLISH = {"<|en|>": 0}  # what an English-only model understands of `language`
 
 
 @dataclass
@@ -64,17 +65,15 @@ class Transcription:
         req = api.parse(upload.content_type, upload.body, upload.translate, self.word_timestamps)
         if req.form.model is not None and req.form.model != self.served_name:
             raise unknown_model(req.form.model, self.served_name)
-        options: dict[str, Any] = {"task": "translate" if req.translate else "transcribe"}
-        if req.form.language is not None:
-            if not self.multilingual:
-                raise RequestError("this model is English-only: leave 'language' out", "language", api.UNSUPPORTED)
-            options["language"] = api.language_token(req.form.language, self.lang_to_id)
-        elif not self.multilingual:
-            options.pop("task")  # an English-only Whisper has no task tokens
-        if req.translate and not self.multilingual:
-            raise RequestError(
-                "this model is English-only: it does not translate", "file", api.UNSUPPORTED
-            )  # pragma: no cover - the tiny model is multilingual
+        options: dict[str, Any] = {}
+        if self.multilingual:
+            options["task"] = "translate" if req.translate else "transcribe"
+            if req.form.language is not None:
+                options["language"] = api.language_token(req.form.language, self.lang_to_id)
+        elif req.translate:  # an English-only Whisper has no task tokens: it neither translates nor takes a language
+            raise RequestError("this model is English-only: it does not translate", "file", api.UNSUPPORTED)
+        elif req.form.language is not None:
+            api.language_token(req.form.language, ENGLISH)  # en or english: nothing to ask; another: 400
         if req.form.prompt:
             options["initial_prompt"] = req.form.prompt
         if req.form.temperature > 0:
