@@ -13,6 +13,7 @@ node2 is tainted `ovserve.dev/test-node2=true:NoSchedule`: a pod lands there onl
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -32,6 +33,7 @@ TOLERATION = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 # Tolerate the taint and select node2: the pod runs there or nowhere.
 ON_NODE2: dict[str, Any] = {"nodeSelector": {"kubernetes.io/hostname": NAME}, "tolerations": [TOLERATION]}
 ON_NODE1: dict[str, Any] = {"nodeSelector": {"kubernetes.io/hostname": "node1"}}
+USE_WAIT_S = 600
 
 
 def cluster_script(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -115,13 +117,33 @@ def apiserver_outage(seconds: float, timeout: float = 300) -> subprocess.Complet
 
 @pytest.fixture(scope="module")
 def node2(cluster: Cluster) -> Iterable[Node2]:
-    """node2 up and Ready for a module; stopped afterwards unless it ran before (OVSERVE_KEEP_NODE2=1 keeps it)."""
-    n = Node2(cluster)
-    started = not n.running()
-    n.seconds_to_start = n.up()
-    yield n
-    if started and os.environ.get("OVSERVE_KEEP_NODE2") != "1":
-        n.down()
+    """node2 up and Ready for a module; stopped afterwards unless it ran before (OVSERVE_KEEP_NODE2=1 keeps it).
+
+    The module holds node2 alone: its faults (a stopped kubelet, a drain) would break another session's test on
+    it, so test sessions sharing the cluster take turns (an exclusive lock on $OVSERVE_CLUSTER_DIR/node2.use.lock,
+    waited for up to USE_WAIT_S)."""
+    fd = os.open(cluster.state_dir / "node2.use.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        deadline = time.monotonic() + USE_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 100, 0).decode(errors="replace").strip()
+                    pytest.fail(f"node2 is still in use by another test session ({holder}) after {USE_WAIT_S}s")
+                time.sleep(2)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+        n = Node2(cluster)
+        started = not n.running()
+        n.seconds_to_start = n.up()
+        yield n
+        if started and os.environ.get("OVSERVE_KEEP_NODE2") != "1":
+            n.down()
+    finally:
+        os.close(fd)  # releases the lock
 
 
 class ThrowawayCluster:
