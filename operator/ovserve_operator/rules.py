@@ -55,6 +55,28 @@ class PodFacts:
     mount_failure: str | None = None  # kubelet FailedMount Event message
     oom_limit: str | None = None  # the memory limit, when the runtime was OOM-killed (podview.oom_killed)
     node_fault: str | None = None  # why its node cannot serve (nodes.fault): NotReady, unreachable, gone
+    node: str = ""  # the node it is bound to
+
+    @property
+    def marked_not_ready(self) -> bool:
+        """Its containers ready and its runtime reporting ready, yet the pod not Ready: the node controller marked
+        it so while its node did not report (the kubelet sets both from the same probes; only the node controller
+        sets the pod's alone), and the kubelet has not confirmed it Ready again since the node came back."""
+        reporting = self.report is not None and self.report.state == State.READY
+        return self.container_ready and not self.pod_ready and reporting
+
+    @property
+    def node_problem(self) -> str | None:
+        """What its node did to it: a fault now, or the not-Ready mark a fault left; None when nothing."""
+        if self.node_fault is not None:
+            return self.node_fault
+        if self.marked_not_ready:
+            where = f"node {self.node}" if self.node else "its node"
+            return (
+                f"marked not ready by the node controller while {where} did not report; the runtime reports ready "
+                "and the kubelet's next readiness probe clears it"
+            )
+        return None
 
     @property
     def ready(self) -> bool:
@@ -220,8 +242,8 @@ def failure_of(f: Facts, p: PodFacts) -> Finding | None:
     reason that waiting will not resolve."""
     if p.ready:
         return None
-    if p.node_fault is not None:
-        return R.NODE_NOT_READY, f"{p.name}: {p.node_fault}"
+    if (problem := p.node_problem) is not None:
+        return R.NODE_NOT_READY, f"{p.name}: {problem}"
     if p.oom_limit is not None:
         return R.OOM_KILLED, (
             f"{p.name}: the runtime was killed for memory (OOMKilled; memory limit {p.oom_limit}): raise "
@@ -254,13 +276,17 @@ def node_not_ready(f: Facts) -> Finding | None:
     """No replica serves and pods of the current spec sit on a faulty node (NotReady, unreachable, gone): the
     node is named, never a model load."""
     on_bad = sorted((p for p in f.current if p.node_fault is not None), key=lambda p: p.name)
-    if not on_bad or f.ready_replicas:
+    if f.ready_replicas:
         return None
-    p = on_bad[0]
-    return R.NODE_NOT_READY, (
-        f"{len(on_bad)} of {len(f.current)} pods on a faulty node, first {p.name}: {p.node_fault}; Kubernetes "
-        "evicts them after their toleration of the node's taint and starts replacements on the remaining nodes"
-    )
+    if on_bad:
+        p = on_bad[0]
+        return R.NODE_NOT_READY, (
+            f"{len(on_bad)} of {len(f.current)} pods on a faulty node, first {p.name}: {p.node_fault}; Kubernetes "
+            "evicts them after their toleration of the node's taint and starts replacements on the remaining nodes"
+        )
+    if marked := _one([p for p in f.current if p.marked_not_ready]):  # the node is back, the kubelet not yet
+        return R.NODE_NOT_READY, f"{marked.name}: {marked.node_problem}"
+    return None
 
 
 def rescheduled(f: Facts) -> Finding | None:

@@ -75,6 +75,7 @@ def pod_facts(
     reading = reading or Reading(None, "none")
     return PodFacts(
         node_fault=node_fault,
+        node=nodeview.node_name(pod),
         name=podview.name(pod),
         current=is_current(pod, desired_hash, desired_template),
         pod_ready=podview.pod_ready(pod),

@@ -569,6 +569,21 @@ def test_children_deleted_by_hand_come_back(cluster, operator, namespace):
     assert back["metadata"]["ownerReferences"][0]["name"] == "drift"
     cluster.wait_for(lambda: row(cluster, namespace, "drift").get("PHASE") == "Pending", 60, "Pending again")
 
+    # the PodDisruptionBudget (issue 44) is a child like the others
+    pdb_uid = cluster.wait_for(lambda: cluster.get("pdb", "drift", namespace), 30, "PDB")["metadata"]["uid"]
+    cluster.kubectl("delete", "pdb", "drift", "-n", namespace)
+    back = cluster.wait_for(
+        lambda: (d := cluster.get("pdb", "drift", namespace)) and d["metadata"]["uid"] != pdb_uid and d,
+        30,
+        "the PodDisruptionBudget re-applied",
+    )
+    assert back["spec"]["maxUnavailable"] == 1 and back["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert back["spec"]["selector"]["matchLabels"] == back_selector(cluster, namespace, "drift")
+
+
+def back_selector(cluster, namespace: str, name: str) -> dict:
+    return cluster.get("deployment", name, namespace)["spec"]["selector"]["matchLabels"]
+
 
 def test_hand_edits_of_children_are_reverted(cluster, operator, namespace):
     """kubectl set env / set image on the Deployment and a Service selector edit are undone within 60 s; a

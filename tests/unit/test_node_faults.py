@@ -130,6 +130,17 @@ def test_eviction(disruption, body, expected):
 # ------------------------------------------------------------------------------------------ the rules
 
 BAD, GOOD = node("bad", "Unknown", taints=(nodes.TAINT_UNREACHABLE,)), node("good")
+
+
+def marked_not_ready(p: dict) -> dict:
+    """`p` as the node controller leaves it after its node did not report: the pod not Ready, its containers (as
+    the kubelet last said) still ready."""
+    for c in p["status"]["conditions"]:
+        if c["type"] == "Ready":
+            c["status"] = "False"
+    return p
+
+
 DRAINED = node("bad", cordoned=True, taints=(nodes.TAINT_UNSCHEDULABLE,))
 
 
@@ -226,6 +237,28 @@ DRAINED = node("bad", cordoned=True, taints=(nodes.TAINT_UNSCHEDULABLE,))
             True,
             ("True", "AllReplicasReady"),
             "Ready",
+            [],
+        ),
+        (
+            "the node is back but the kubelet has not marked the pod Ready again: the node mark is named, not Loading",
+            1,
+            [marked_not_ready(on(pod("a"), "bad"))],
+            {"a": CB_READY},
+            [node("bad")],
+            True,
+            ("False", "NodeNotReady"),
+            "Pending",
+            ["a: marked not ready by the node controller while node bad did not report"],
+        ),
+        (
+            "a readiness probe failing is the pod's own state, not a node mark",
+            1,
+            [on(pod("a", ready=False), "good")],
+            {"a": CB_READY},
+            [GOOD],
+            True,
+            ("False", "Loading"),
+            "Loading",
             [],
         ),
         (
