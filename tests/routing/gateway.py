@@ -259,3 +259,45 @@ class Gateway:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the local gateway in front of one pool until interrupted (docs/routing.md): inside the cluster's network
+    namespace, e.g. `hack/cluster.sh exec .venv/bin/python -m tests.routing.gateway --namespace NS --pool NAME`."""
+    import argparse
+    import signal
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--namespace", required=True, help="the InferencePool's namespace")
+    parser.add_argument("--pool", required=True, help="the InferencePool's name (the LLMServing's)")
+    parser.add_argument("--port", type=int, default=0, help="Envoy's listener on 127.0.0.1 (default: a free port)")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""), help="default: $KUBECONFIG")
+    args = parser.parse_args(argv)
+    missing = missing_artefacts(routing_bin_dir())
+    if missing:
+        parser.error(f"run `make routing` first: missing {', '.join(missing)}")
+    workdir = Path(tempfile.mkdtemp(prefix="ovserve-gateway-"))
+    gw = Gateway(pool=args.pool, namespace=args.namespace, kubeconfig=Path(args.kubeconfig), workdir=workdir)
+    if args.port:
+        gw.listen_port = args.port
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    gw.start()
+    print(f"gateway for pool {args.namespace}/{args.pool} at {gw.url} (logs in {workdir})", flush=True)
+    try:
+        while not stopping and all(p.poll() is None for p in gw.procs):
+            time.sleep(0.5)
+    finally:
+        gw.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
