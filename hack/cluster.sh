@@ -253,14 +253,15 @@ stop_all() {
   local shims; shims=$(pgrep -f "containerd-shim-runc-v2 .*-address $ST/containerd.sock" || true)
   for s in $shims; do pkill -9 -P "$s" 2>/dev/null || true; kill -9 "$s" 2>/dev/null || true; done
   sleep 0.3
-  { grep " $ST/" /proc/mounts || true; } | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  # not node2's (hack/node2.sh): its containers run on through a restart of node1 and the control plane
+  { grep " $ST/" /proc/mounts | grep -v " $ST/node2/" || true; } | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm_orphan_netns
 }
 
 down() {
   [ -d "$ST" ] || { ip netns del "$NS" 2>/dev/null || true; log "nothing to stop"; return; }
   # node2 first, while the apiserver still answers (its Node object is deleted); it lives on this namespace's link
-  if [ -d "$ST/node2" ] || [ -e "/var/run/netns/$NS-node2" ]; then "$here/node2.sh" down; fi
+  if [ -d "$ST/node2" ] || [ -e "/var/run/netns/$NS-node2" ]; then "$here/node2.sh" down || log "node2 down failed: the rest stops anyway"; fi
   lock
   stop_all
   ip netns del "$NS" 2>/dev/null || true
