@@ -23,7 +23,7 @@
 #                                         default args --ignore-daemonsets --delete-emptydir-data --timeout=120s
 #   hack/cluster.sh node2 uncordon
 # Pods for node2: tolerations [{key: ovserve.dev/test-node2, operator: Exists, effect: NoSchedule}] and, to
-# land there for sure, nodeSelector {kubernetes.io/hostname: node2}. While node2 runs, the cluster's namespace
+# land there for sure, nodeSelector {kubernetes.io/hostname: node2}. Once node2 has started, the cluster's namespace
 # forwards IPv4 (net.ipv4.ip_forward=1 there: node1's pods reach node2's through it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
