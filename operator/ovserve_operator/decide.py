@@ -56,6 +56,7 @@ DECIDED = (
     "scaler_reverted_at",
     "mount_failures",
     "events_read_at",
+    "evictions",
 )
 
 
@@ -152,8 +153,8 @@ def begin(observed: Observed, memory: Memory, now: Now) -> Start:
     return Start(o.key, o.uid, o.generation, desired, _generation_apply(o, m, desired, now.tick), m)
 
 
-def _copy(memory: Memory) -> Memory:
-    return dataclasses.replace(memory, children_seen=set(memory.children_seen))  # decided on a copy
+def _copy(memory: Memory) -> Memory:  # decided on a copy
+    return dataclasses.replace(memory, children_seen=set(memory.children_seen), evictions=dict(memory.evictions))
 
 
 def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = None) -> Plan:
@@ -211,7 +212,11 @@ def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = N
         desired_template=None if held_hash else desired.of("Deployment")["spec"]["template"],
         nodes=o.nodes,
         nodes_known=o.nodes_known,
+        remembered_evictions=m.evictions,
     ).status
+    # evictions stay named until the replicas are all Ready again
+    evicted = {**m.evictions, **status.evictions(o.pods, o.nodes, o.nodes_known)}
+    m.evictions = {} if (st.get("readyReplicas") or 0) >= spec.replicas else evicted
     scaling, write_scaler = _scaler(o, m, desired, st, now.tick)
     stamp = status.timestamp(now.wall)
     autoscaling_io.apply_to_status(st, scaling, previous=previous, generation=generation, now=stamp)

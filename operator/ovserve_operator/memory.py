@@ -42,6 +42,9 @@ class Memory:
     apply_error: ApplyError | None = None
     mount_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # pod name -> message
     events_read_at: dict[str, float] = dataclasses.field(default_factory=dict)  # pod uid -> monotonic
+    # pods a node fault or a drain evicted, named until the replicas are all Ready again (a drained pod is gone
+    # long before its replacement has loaded): pod name -> why (nodes.eviction)
+    evictions: dict[str, str] = dataclasses.field(default_factory=dict)
     children_seen: set[str] = dataclasses.field(default_factory=set)  # kinds of children seen live
     applying: int = 0  # applies of its children queued or running (a generation's, a re-apply)
     rollout_hold: Hold | None = None  # an operator change of its pod template waiting for a rollout slot

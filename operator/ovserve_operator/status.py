@@ -91,6 +91,19 @@ def pod_facts(
     )
 
 
+def evictions(
+    pods: Sequence[Mapping[str, Any]], nodes: Mapping[str, nodeview.NodeView | None] | None, nodes_known: bool
+) -> dict[str, str]:
+    """pod name -> why, of the terminating pods a node fault or a drain took off their node (nodes.eviction)."""
+    nodes = nodes or {}
+    out = {}
+    for p in pods:
+        name = nodeview.node_name(p)
+        if (why := nodeview.eviction(p, nodes.get(name), nodes_known and name in nodes)) is not None:
+            out[podview.name(p)] = why
+    return out
+
+
 def facts(
     *,
     name: str,
@@ -108,6 +121,7 @@ def facts(
     desired_template: Mapping[str, Any] | None = None,
     nodes: Mapping[str, nodeview.NodeView | None] | None = None,
     nodes_known: bool = False,
+    remembered_evictions: Mapping[str, str] | None = None,
 ) -> Facts:
     """`deployment`: {"conditions"} of the runtime Deployment; `mount_failures`: pod name -> the kubelet's
     FailedMount Event message; `missing_children`: kinds of children that are gone (deleted by hand); `nodes`:
@@ -119,13 +133,7 @@ def facts(
     def node_of(p: Mapping[str, Any]) -> nodeview.NodeView | None:
         return nodes.get(nodeview.node_name(p))
 
-    evicted = tuple(
-        sorted(
-            (podview.name(p), why)
-            for p in pods
-            if (why := nodeview.eviction(p, node_of(p), nodes_known and nodeview.node_name(p) in nodes)) is not None
-        )
-    )
+    evicted = tuple(sorted({**(remembered_evictions or {}), **evictions(pods, nodes, nodes_known)}.items()))
     replica_failure = next(
         (
             c.get("message") or c.get("reason") or "ReplicaFailure"
@@ -376,10 +384,12 @@ def compute(
     desired_template: Mapping[str, Any] | None = None,
     nodes: Mapping[str, nodeview.NodeView | None] | None = None,
     nodes_known: bool = False,
+    remembered_evictions: Mapping[str, str] | None = None,
 ) -> Result:
     f = facts(
         nodes=nodes,
         nodes_known=nodes_known,
+        remembered_evictions=remembered_evictions,
         name=name,
         namespace=namespace,
         generation=generation,

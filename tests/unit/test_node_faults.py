@@ -304,3 +304,31 @@ def test_status_names_node_faults(case, replicas, pods, reports, node_bodies, kn
 def test_reasons_are_registered_with_their_phases():
     assert REGISTRY["NodeNotReady"].phase == api.Phase.PENDING
     assert REGISTRY["PodRescheduled"].phase == api.Phase.LOADING
+
+
+def test_an_eviction_stays_named_after_the_evicted_pod_is_gone_until_the_replicas_are_ready():
+    """A drained pod terminates in seconds, its replacement loads longer: the pass remembers the eviction
+    (memory.evictions, decide) and status keeps naming it instead of a plain Loading; Ready clears it."""
+    remembered = {"a": "evicted by a drain of node bad (cordoned)"}
+    loading = compute_status(
+        spec(2),
+        [on(pod("b"), "good"), on(pod("c", ready=False), "good")],
+        readings({"b": CB_READY, "c": LOADING}),
+        now=NOW,
+        nodes={"good": view(GOOD)},
+        nodes_known=True,
+        remembered_evictions=remembered,
+    )
+    status, reason, message = ready_of(loading)
+    assert (status, reason) == ("False", "Degraded") and "a evicted by a drain of node bad" in message, message
+    assert "replacement c starting" in message
+    ready = compute_status(
+        spec(2),
+        [on(pod("b"), "good"), on(pod("c"), "good")],
+        readings({"b": CB_READY, "c": CB_READY}),
+        now=NOW,
+        nodes={"good": view(GOOD)},
+        nodes_known=True,
+        remembered_evictions=remembered,
+    )
+    assert ready_of(ready)[:2] == ("True", "AllReplicasReady")
