@@ -275,6 +275,8 @@ status() {
     else printf '%-20s stopped\n' "$c"; case " gpu-plugin $ADDONS " in *" $c "*) ;; *) rc=1;; esac; fi
   done
   if [ -e "/var/run/netns/$NS" ] && node_ready; then echo "node1                Ready"; else echo "node1                not ready"; rc=1; fi
+  # node2 only when it was started (hack/node2.sh); it does not change the exit code
+  if [ -e "/var/run/netns/$NS-node2" ]; then "$here/node2.sh" status | tail -n 1 || true; fi
   return $rc
 }
 
