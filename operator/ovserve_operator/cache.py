@@ -59,6 +59,11 @@ class Cache(Mapping[Key, list[Snapshot]]):
         self._stamp += 1
         self._put_at[uid] = self._stamp
 
+    def packed(self, uid: str) -> bytes | None:
+        """The packed snapshot held for `uid`, or None."""
+        key = self._key_of.get(uid)
+        return None if key is None else self._by_key.get(key, {}).get(uid)
+
     def stamp(self) -> int:
         """Taken right before a LIST starts: `prune` spares what was put after it."""
         return self._stamp

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, name)
 T = TypeVar("T")
 CONCURRENCY = 16  # syncs at once (statusqueue.fair_pick shares them between namespaces)
+# child kinds whose events mark their owner only when their snapshot changed: a PodDisruptionBudget's status is
+# rewritten at every pod readiness change, and the snapshot keeps none of it (intake.budget_snapshot)
+QUIET_KINDS = frozenset({"PodDisruptionBudget"})
 
 
 class Controller:
@@ -138,6 +141,8 @@ class Controller:
             if (key := store.delete(change.uid)) is not None:
                 self.mark(key)  # a child deleted by hand is re-applied at once (status says it is missing meanwhile)
             return
+        if change.kind in QUIET_KINDS and store.packed(change.uid) == change.packed:
+            return  # nothing the operator reads of it changed (a PodDisruptionBudget's status update)
         store.put_packed(change.uid, change.key, change.packed)
         self.mark(change.key)  # e.g. ReplicaFailure (pods refused by admission) shows only on the Deployment
 

@@ -91,6 +91,14 @@ def child_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def budget_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A PodDisruptionBudget as drift reads it: without its status, which the disruption controller rewrites at
+    every pod readiness change (nothing the operator reads)."""
+    snap = child_snapshot(body)
+    snap.pop("status")
+    return snap
+
+
 def llmserving_snapshot(body: Mapping[str, Any], namespace: str, name: str) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     return {  # no copy needed: the cache keeps it pickled (cache.pack)
@@ -133,7 +141,7 @@ CHILD_KINDS: dict[str, tuple[str, dict[str, Any], Any]] = {
     "Pod": ("v1", RUNTIME_POD_LABELS, pod_snapshot),
     "Deployment": ("apps/v1", CHILD_LABELS, child_snapshot),
     "Service": ("v1", CHILD_LABELS, child_snapshot),
-    "PodDisruptionBudget": ("policy/v1", CHILD_LABELS, child_snapshot),
+    "PodDisruptionBudget": ("policy/v1", CHILD_LABELS, budget_snapshot),
 }
 
 

@@ -96,3 +96,25 @@ def test_observe_gives_decide_the_nodes_of_the_pods(monkeypatch: Any):
     }
     o = observe.cached(ctl, snap, ctl.memories.of(("ns", "a"), "uid-a"))
     assert o.nodes_known and set(o.nodes) == {"n1"} and o.nodes["n1"].ready == "Unknown"
+
+
+def test_a_disruption_budgets_status_update_marks_nothing_its_spec_change_does():
+    """The disruption controller rewrites a PodDisruptionBudget's status at every pod readiness change: a pass
+    for each would only cost (bulk loads: thousands); a change of what drift reads (its spec) marks the owner."""
+    from ovserve_operator import render
+    from ovserve_operator import spec as api
+
+    ctl, marks = controller()
+    typed = api.parse_spec({"model": {"hostPath": {"path": "/m"}}})
+    pdb = render.render_pdb("a", "ns", "uid-a", typed)
+    pdb["metadata"]["uid"] = "uid-pdb"
+    ctl.apply_change(intake.to_change("PodDisruptionBudget", "ADDED", pdb))
+    assert marks.keys == [("ns", "a")]
+    for healthy in (1, 2, 1):
+        pdb["status"] = {"currentHealthy": healthy, "disruptionsAllowed": healthy - 1, "observedGeneration": 1}
+        ctl.apply_change(intake.to_change("PodDisruptionBudget", "MODIFIED", pdb))
+    assert marks.keys == [("ns", "a")]
+    pdb["spec"]["maxUnavailable"] = 3  # edited by hand: drift
+    ctl.apply_change(intake.to_change("PodDisruptionBudget", "MODIFIED", pdb))
+    assert marks.keys == [("ns", "a"), ("ns", "a")]
+    assert ctl.pdbs[("ns", "a")][0]["spec"]["maxUnavailable"] == 3
