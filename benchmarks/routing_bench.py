@@ -12,7 +12,8 @@ operator as a local process watching it (like the e2e tests), an LLMServing of `
                 warmed by an earlier phase)
   uniform       as many requests of the same length, every prompt distinct (no prefix to share)
 
-each through the Service and through the gateway, --concurrency clients streaming chat completions of --max-tokens:
+each through the Service and through the gateway (--rounds times, alternating), --concurrency clients streaming
+chat completions of --max-tokens:
 TTFT p50/p95 (request sent -> first content chunk), requests per second, and the requests each pod served. The
 load goes to the cluster's own Service and to the gateway on loopback, bounded by the request counts. Prints a
 table and one JSON line; removes what it created.
@@ -44,6 +45,7 @@ from tests.operator.test_operator_e2e import llms, models_claim, pvc_model, stat
 from tests.routing.gateway import Gateway, missing_artefacts, routing_bin_dir  # noqa: E402
 
 NAME = "bench"
+WORKLOADS = ("prefix-heavy", "uniform")
 READY_TIMEOUT_S = 900
 
 
@@ -133,6 +135,40 @@ def workloads(rng: random.Random, args: argparse.Namespace) -> dict[str, list[st
     return {"prefix-heavy": heavy, "uniform": uniform}
 
 
+def measure(workload: str, targets: dict, pods: list[dict], rng: random.Random, args: argparse.Namespace) -> list:
+    """One workload through each target, --rounds times alternately (the machine's load drifts between phases:
+    alternating spreads the drift over both paths), fresh prompts for every phase; one row per target."""
+    acc = {
+        via: {"ttft": [], "wall": 0.0, "per_pod": dict.fromkeys((p["metadata"]["name"] for p in pods), 0.0)}
+        for via in targets
+    }
+    for _ in range(args.rounds):
+        for via, (host, port) in targets.items():
+            prompts = workloads(rng, args)[workload]
+            before = served(pods)
+            values, wall = run(host, port, prompts, args.concurrency, args.max_tokens)
+            after = served(pods)
+            a = acc[via]
+            a["ttft"] += values
+            a["wall"] += wall
+            for k in after:
+                a["per_pod"][k] += after[k] - before[k]
+            p50 = statistics.median(values)
+            print(f"{workload} via {via}: {len(values)} requests, TTFT p50 {p50:.3f} s", flush=True)
+    return [
+        {
+            "workload": workload,
+            "via": via,
+            "requests": len(a["ttft"]),
+            "ttft_p50_s": round(statistics.median(a["ttft"]), 4),
+            "ttft_p95_s": round(percentile(a["ttft"], 0.95), 4),
+            "rps": round(len(a["ttft"]) / a["wall"], 3),
+            "per_pod": sorted(int(v) for v in a["per_pod"].values()),
+        }
+        for via, a in acc.items()
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="bench-qwen", help="a model directory under the models cache")
@@ -142,6 +178,8 @@ def main() -> int:
     ap.add_argument("--prefix-words", type=int, default=200, help="words per shared prefix")
     ap.add_argument("--concurrency", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=4)
+    ap.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    ap.add_argument("--rounds", type=int, default=1, help="phases per path, alternating Service and gateway")
     ap.add_argument("--seed", type=int, default=39)
     args = ap.parse_args()
     missing = missing_artefacts(routing_bin_dir())
@@ -182,24 +220,8 @@ def main() -> int:
             cluster.wait_for(lambda: _answers(*targets["gateway"]), 90, "the gateway to answer")
             rng = random.Random(args.seed)
             rows = []
-            for workload in ("prefix-heavy", "uniform"):
-                for via, (host, port) in targets.items():
-                    prompts = workloads(rng, args)[workload]  # fresh prefixes for every phase
-                    before = served(pods)
-                    values, wall = run(host, port, prompts, args.concurrency, args.max_tokens)
-                    after = served(pods)
-                    rows.append(
-                        {
-                            "workload": workload,
-                            "via": via,
-                            "requests": len(values),
-                            "ttft_p50_s": round(statistics.median(values), 4),
-                            "ttft_p95_s": round(percentile(values, 0.95), 4),
-                            "rps": round(len(values) / wall, 3),
-                            "per_pod": sorted(int(after[k] - before[k]) for k in after),
-                        }
-                    )
-                    print(rows[-1], flush=True)
+            for workload in args.workloads:
+                rows += measure(workload, targets, pods, rng, args)
         print(f"\n{'workload':<13} {'via':<8} {'n':>4} {'TTFT p50':>9} {'p95':>7} {'req/s':>7}  per pod")
         for r in rows:
             print(
