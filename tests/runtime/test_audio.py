@@ -236,3 +236,28 @@ def test_task_mismatch_on_the_whisper_export(whisper_model, server_factory, mode
     assert s.proc.wait(timeout=60) == 3
     report = json.loads(s.termination_log.read_text())
     assert report["pipeline"]["reason"] == "TaskMismatch" and "transcription" in report["pipeline"]["message"]
+
+
+LONG = encode(tone(60.0, 16_000, 1), "WAV", "PCM_16", 16_000)  # ~1 s of the tiny pipeline's time
+
+
+def test_admission_bound_and_sigterm_drain(whisper_model, server_factory):
+    """Beyond one running and one queued file: 429 with Retry-After; SIGTERM then finishes what was admitted."""
+    import concurrent.futures as cf
+    import signal
+
+    from .conftest import wait_until
+
+    s = server_factory(whisper_model, "--max-queued-requests", "1")
+    files = {"file": ("long.wav", LONG)}
+    with cf.ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(form_post, s, files) for _ in range(6)]
+        codes = sorted(f.result()[0] for f in futures)
+        assert 200 in codes and 429 in codes, codes
+        futures = [pool.submit(form_post, s, files) for _ in range(2)]
+        assert wait_until(lambda: s.metric("ovserve_requests_running") >= 1, 20)
+        s.proc.send_signal(signal.SIGTERM)
+        in_flight = sum(not f.done() for f in futures)
+        drained = [f.result()[0] for f in futures]
+    assert in_flight >= 1 and drained == [200, 200], drained
+    assert s.proc.wait(timeout=60) == 0
