@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import autoscaling_io, ownership, reasons, render, rolloutbudget, status
 from . import spec as api
 from .decide import APPLY_RETRY_S, DECIDED, REFUSED_RETRY_S, Apply, Desired, Plan, Start
+from .intake import CHILD_KINDS
 from .kube import error_status, error_text, is_refusal
 from .memory import Memory
 from .rules import ApplyError
@@ -122,6 +123,10 @@ def apply_blocking(
         applied.append(target)
     if ctl.settings.network_policies and not any(o["kind"] == "NetworkPolicy" for o in desired.objects):
         remove_network_policy(ctl, key, uid)
+    for kind, child_uid in desired.stale:  # ours, no longer rendered (a budget at 1 replica): by its uid only
+        api_version = next(v for k, (v, _, _) in CHILD_KINDS.items() if k == kind)
+        ctl.kube.delete(api_version, kind, namespace, name, uid=child_uid)
+        applied.append(f"{kind}/{name} deleted")
     write_scaler(ctl, key, uid, desired.scaled_object, memory)
     return applied
 

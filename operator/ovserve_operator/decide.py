@@ -75,6 +75,12 @@ class Desired:
 
     objects: list[dict[str, Any]]  # render.render: every child, in apply order, the ScaledObject included
     denied: tuple[str, ...] = ()  # the tenant policy's violations: nothing is applied
+    # live children of ours the spec no longer renders (a PodDisruptionBudget at 1 replica): (kind, uid), deleted
+    # by the apply
+    stale: tuple[tuple[str, str], ...] = ()
+
+    def has(self, kind: str) -> bool:
+        return any(o["kind"] == kind for o in self.objects)
 
     def of(self, kind: str) -> dict[str, Any]:
         return next(o for o in self.objects if o["kind"] == kind)
@@ -150,6 +156,8 @@ def begin(observed: Observed, memory: Memory, now: Now) -> Start:
         return Start(o.key, o.uid, o.generation, None, Apply.NONE, m)
     (namespace, name) = o.key
     desired = render_children(name, namespace, o.uid, o.spec, o.settings)
+    stale = tuple((k, v["metadata"]["uid"]) for k, v in o.live.items() if v is not None and not desired.has(k))
+    desired = dataclasses.replace(desired, stale=stale)
     return Start(o.key, o.uid, o.generation, desired, _generation_apply(o, m, desired, now.tick), m)
 
 
@@ -190,8 +198,9 @@ def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = N
     # held back by the rollout budget: the live template is the current one (and not healed meanwhile)
     held_hash = o.budget.held_hash(rendered_hash)
     live = o.live
-    drift_paths = {kind: drift.differences(desired.of(kind), live.get(kind)) for kind in live}
-    missing = missing_children(m, [k for k, v in live.items() if v is None], now.tick)
+    drift_paths = {kind: drift.differences(desired.of(kind), live.get(kind)) for kind in live if desired.has(kind)}
+    drift_paths.update({kind: ["not rendered any more: deleted"] for kind, _ in desired.stale})
+    missing = missing_children(m, [k for k, v in live.items() if v is None and desired.has(k)], now.tick)
     readings, pod_memory = memory.readback.graced(o.pods, o.reports, now.wall)
     mounts = remember_mount_failures(m, o.pods, o.pod_events, o.events_read_at)
     deployed = live.get("Deployment")
@@ -231,7 +240,7 @@ def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = N
     drifted = {kind: paths for kind, paths in drift_paths.items() if paths}
     if held_hash and deployed is not None:
         drifted.pop("Deployment", None)  # left on its template until a slot frees
-    missing_now = any(live.get(k) is None for k in drifted)
+    missing_now = any(live.get(k) is None for k in drifted) or bool(desired.stale)
     # a live child that differs from what this very generation rendered and applied: edited by hand (a newer spec
     # is the generation apply's, not a revert)
     edited = any(live.get(k) is not None for k in drifted) and m.applied_generation == generation
@@ -288,7 +297,7 @@ def children_current(o: Observed, desired: Desired) -> bool:
     spec = o.spec
     if o.settings.network_policies or desired.denied or (isinstance(spec, api.LLMServingSpec) and spec.autoscaling):
         return False
-    if sorted(obj["kind"] for obj in desired.objects) != sorted(CHILDREN):
+    if desired.stale or not {obj["kind"] for obj in desired.objects} <= set(CHILDREN):
         return False
     for obj in desired.objects:
         live = o.live.get(obj["kind"])

@@ -141,7 +141,7 @@ def missing_children(
     """The kinds of children to report missing: absent now, and either seen before (deleted) or still absent
     `after_s` after the last apply (never a missing child in the moment between a first apply and its watch
     event). Remembers which kinds were seen."""
-    all_kinds = {"Deployment", "Service", "PodDisruptionBudget"}
+    all_kinds = {"Deployment", "Service"}  # always rendered (a PodDisruptionBudget only with replicas > 1)
     memory.children_seen |= all_kinds - set(absent)
     applied_long_ago = memory.applied_at is not None and now - memory.applied_at > after_s
     return sorted(k for k in absent if k in memory.children_seen or applied_long_ago)

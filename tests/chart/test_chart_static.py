@@ -34,7 +34,7 @@ EXPECTED_RBAC = {
     ("cluster", "ovserve.dev", "llmservings/finalizers"): {"update"},
     ("cluster", "apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("cluster", "core", "services"): {"get", "list", "watch", "create", "patch"},
-    ("cluster", "policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch"},
+    ("cluster", "policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("cluster", "core", "pods"): {"get", "list", "watch"},
     ("cluster", "core", "nodes"): {"get", "list", "watch"},  # node faults in status (read-only)
     ("cluster", "core", "events"): {"create", "list"},

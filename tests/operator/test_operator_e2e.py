@@ -569,7 +569,9 @@ def test_children_deleted_by_hand_come_back(cluster, operator, namespace):
     assert back["metadata"]["ownerReferences"][0]["name"] == "drift"
     cluster.wait_for(lambda: row(cluster, namespace, "drift").get("PHASE") == "Pending", 60, "Pending again")
 
-    # the PodDisruptionBudget (issue 44) is a child like the others
+    # the PodDisruptionBudget (issue 44: with more than one replica) is a child like the others, and goes with
+    # the second replica
+    cluster.kubectl("patch", "llmserving", "drift", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":2}}')
     pdb_uid = cluster.wait_for(lambda: cluster.get("pdb", "drift", namespace), 30, "PDB")["metadata"]["uid"]
     cluster.kubectl("delete", "pdb", "drift", "-n", namespace)
     back = cluster.wait_for(
@@ -579,6 +581,8 @@ def test_children_deleted_by_hand_come_back(cluster, operator, namespace):
     )
     assert back["spec"]["maxUnavailable"] == 1 and back["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert back["spec"]["selector"]["matchLabels"] == back_selector(cluster, namespace, "drift")
+    cluster.kubectl("patch", "llmserving", "drift", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":1}}')
+    cluster.wait_for(lambda: cluster.get("pdb", "drift", namespace) is None, 30, "the PDB deleted at 1 replica")
 
 
 def back_selector(cluster, namespace: str, name: str) -> dict:

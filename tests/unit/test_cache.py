@@ -427,7 +427,10 @@ CURRENT_CASES = {
 def test_children_current(changes, spec, deployment, service, want, pdb_live: bool = True):
     settings = Settings(allow_host_path=True)
     live: dict[str, Any] = {}
-    pdb = {} if pdb_live else None  # as rendered, or absent
+    budget = any(
+        o["kind"] == "PodDisruptionBudget" for o in render.render(A[1], A[0], UID, api.parse_spec(spec), settings)
+    )
+    pdb = {} if pdb_live and budget else None  # as rendered (with more than one replica), or absent
     for kind, fields in (("Deployment", deployment), ("Service", service), ("PodDisruptionBudget", pdb)):
         store = cache.Cache()
         if fields is not None:
@@ -442,8 +445,10 @@ def test_children_current(changes, spec, deployment, service, want, pdb_live: bo
 
 
 def test_children_current_needs_the_disruption_budget_too():
-    """Issue 44: the PodDisruptionBudget is a child like the others: missing, a takeover applies."""
-    test_children_current({}, SPEC, {}, {}, False, pdb_live=False)
+    """Issue 44: with more than one replica the PodDisruptionBudget is a child like the others: missing, a
+    takeover applies; present, nothing is applied."""
+    test_children_current({}, {**SPEC, "replicas": 2}, {}, {}, False, pdb_live=False)
+    test_children_current({}, {**SPEC, "replicas": 2}, {}, {}, True, pdb_live=True)
 
 
 # ------------------------------------------------------------------ a refused namespace degrades that one only

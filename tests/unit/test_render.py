@@ -15,7 +15,7 @@ SETTINGS = Settings()
 
 def objs(spec: dict, settings: Settings = SETTINGS, name: str = "llm"):
     typed = api.parse_spec(spec)
-    svc, dep, _pdb = render.render(name, "ns", "uid-1", typed, settings)
+    svc, dep, *_budget = render.render(name, "ns", "uid-1", typed, settings)  # a budget with replicas > 1
     return svc, dep, dep["spec"]["template"]["spec"]
 
 
@@ -464,7 +464,7 @@ def test_chat_template_kwargs_become_the_runtimes_flag():
 @pytest.mark.parametrize(
     "autoscaling,network_policy,kinds",
     [
-        (None, False, ["Service", "Deployment", "PodDisruptionBudget"]),
+        (None, False, ["Service", "Deployment"]),  # one replica: no budget
         ({"maxReplicas": 3, "target": 2}, False, ["Service", "Deployment", "PodDisruptionBudget", "ScaledObject"]),
         (
             {"maxReplicas": 3, "target": 2},
@@ -492,35 +492,41 @@ def test_render_returns_every_child_the_scaled_object_included(autoscaling, netw
         assert so["spec"]["triggers"][0]["metadata"]["serverAddress"] == "http://p:9090"
 
 
-SPREAD = {
-    "maxSkew": 1,
-    "topologyKey": "kubernetes.io/hostname",
-    "whenUnsatisfiable": "ScheduleAnyway",
-    "labelSelector": {"matchLabels": render.selector_labels("llm")},
-    "matchLabelKeys": ["pod-template-hash"],
-}
 ZONES = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"}]
-ANTI = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
 
 
 @pytest.mark.parametrize(
     "extra,spread",
     [
-        ({}, [SPREAD]),  # replicas spread over the nodes by default (soft)
+        ({}, None),  # unset: kube-scheduler's default spread of a ReplicaSet's pods applies
         ({"topologySpreadConstraints": ZONES}, ZONES),  # the spec's own, as written
-        ({"topologySpreadConstraints": []}, None),  # [] = none
-        ({"affinity": ANTI}, None),  # the spec places the pods itself
+        ({"topologySpreadConstraints": []}, None),
     ],
 )
-def test_replicas_spread_over_nodes_unless_the_spec_says_otherwise(extra, spread):
+def test_replicas_spread_as_the_spec_says(extra, spread):
     _svc, _dep, pod = objs({"model": HOST, "replicas": 3, **extra})
     assert pod.get("topologySpreadConstraints") == spread
 
 
-def test_the_spread_does_not_depend_on_replicas():
+def test_the_template_does_not_depend_on_replicas():
     """Scaling never rolls the pods: the template (and its hash) is the same at 1 and 5 replicas."""
     one, five = objs({"model": HOST, "replicas": 1})[1], objs({"model": HOST, "replicas": 5})[1]
     assert one["spec"]["template"] == five["spec"]["template"]
+
+
+@pytest.mark.parametrize(
+    "extra,budget",
+    [
+        ({"replicas": 1}, False),  # its only pod would go anyway: no budget
+        ({"replicas": 2}, True),
+        ({"replicas": 1, "autoscaling": {"maxReplicas": 3, "target": 2}}, True),  # may grow
+        ({"replicas": 1, "autoscaling": {"maxReplicas": 1, "target": 2}}, False),
+    ],
+)
+def test_a_budget_only_where_it_holds_anything(extra, budget):
+    typed = api.parse_spec({"model": HOST, **extra})
+    kinds = [o["kind"] for o in render.render("llm", "ns", "uid-1", typed, SETTINGS)]
+    assert ("PodDisruptionBudget" in kinds) is budget
 
 
 @pytest.mark.parametrize(
