@@ -705,12 +705,14 @@ class LLMServingSpec(_Strict):
     )
     topologySpreadConstraints: list[dict[str, Any]] | None = Field(
         None,
-        description="core/v1 TopologySpreadConstraints of the runtime pods. Default (unset, and no podAntiAffinity "
-        "in spec.affinity): spread over nodes (kubernetes.io/hostname, maxSkew 1, ScheduleAnyway); [] = none.",
+        description="core/v1 TopologySpreadConstraints of the runtime pods, as written. Unset: kube-scheduler's "
+        "default spread of a ReplicaSet's pods (a preference over nodes and zones).",
         json_schema_extra={"items": {"type": "object", **_PRESERVE}},
     )
     disruptionBudget: DisruptionBudget | None = Field(
-        None, description="The runtime pods' PodDisruptionBudget (always rendered). Default: one pod at a time."
+        None,
+        description="The runtime pods' PodDisruptionBudget (rendered with more than one replica, now or by "
+        "autoscaling). Default: one pod at a time.",
     )
     image: str | None = Field(None, min_length=1, description="Runtime image override (default: operator setting).")
     scheduler: SchedulerConfig | None = Field(None, description="Continuous-batching scheduler settings.")
