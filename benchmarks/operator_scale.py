@@ -298,7 +298,8 @@ async def run(args: Any) -> dict[str, Any]:
 
         sampler = asyncio.create_task(sample())
         load_counters = ("status_refreshes", "status_patches", "applies", "status_errors", "apply_errors")
-        c0, r0 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in load_counters}, responder_stats(8001)
+        c0 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in load_counters}
+        r0 = responder_stats(8001)
         m0, cpu0, t0 = await api.requests(), (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s()), time.monotonic()
         await create_all(api, items, tracker, 16)
         result["create_s"] = _ms(time.monotonic() - t0)
@@ -306,7 +307,8 @@ async def run(args: Any) -> dict[str, Any]:
         settled = await wait_for(lambda: all(k in tracker.ready for k in keys), args.timeout - (time.monotonic() - t0))
         t1 = time.monotonic()
         m1, cpu1 = await api.requests(), (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s())
-        c1, r1 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in load_counters}, responder_stats(8001)
+        c1 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in load_counters}
+        r1 = responder_stats(8001)
         obs, rdy = tracker.lags(keys, tracker.observed), tracker.lags(keys, tracker.ready)
         result["load"] = {
             "observed": len(obs),
