@@ -124,8 +124,7 @@ def apply_blocking(
     if ctl.settings.network_policies and not any(o["kind"] == "NetworkPolicy" for o in desired.objects):
         remove_network_policy(ctl, key, uid)
     for kind, child_uid in desired.stale:  # ours, no longer rendered (a budget at 1 replica): by its uid only
-        api_version = next(v for k, (v, _, _) in CHILD_KINDS.items() if k == kind)
-        ctl.kube.delete(api_version, kind, namespace, name, uid=child_uid)
+        ctl.kube.delete(CHILD_KINDS[kind][0], kind, namespace, name, uid=child_uid)
         applied.append(f"{kind}/{name} deleted")
     write_scaler(ctl, key, uid, desired.scaled_object, memory)
     return applied

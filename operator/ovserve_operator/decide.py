@@ -204,6 +204,8 @@ def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = N
     readings, pod_memory = memory.readback.graced(o.pods, o.reports, now.wall)
     mounts = remember_mount_failures(m, o.pods, o.pod_events, o.events_read_at)
     deployed = live.get("Deployment")
+    # evictions stay named until the replicas are all Ready again (a drained pod is gone before its replacement loads)
+    evicted = {**m.evictions, **status.evictions(o.pods, o.nodes, o.nodes_known)}
     st = status.compute(
         name=name,
         namespace=namespace,
@@ -221,10 +223,8 @@ def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = N
         desired_template=None if held_hash else desired.of("Deployment")["spec"]["template"],
         nodes=o.nodes,
         nodes_known=o.nodes_known,
-        remembered_evictions=m.evictions,
+        evicted=evicted,
     ).status
-    # evictions stay named until the replicas are all Ready again
-    evicted = {**m.evictions, **status.evictions(o.pods, o.nodes, o.nodes_known)}
     m.evictions = {} if (st.get("readyReplicas") or 0) >= spec.replicas else evicted
     scaling, write_scaler = _scaler(o, m, desired, st, now.tick)
     stamp = status.timestamp(now.wall)

@@ -104,6 +104,11 @@ def evictions(
     return out
 
 
+def _node_fault(pod: Mapping[str, Any], nodes: Mapping[str, nodeview.NodeView | None], nodes_known: bool) -> str | None:
+    name = nodeview.node_name(pod)
+    return nodeview.fault(name, nodes.get(name), nodes_known and name in nodes)
+
+
 def facts(
     *,
     name: str,
@@ -121,19 +126,16 @@ def facts(
     desired_template: Mapping[str, Any] | None = None,
     nodes: Mapping[str, nodeview.NodeView | None] | None = None,
     nodes_known: bool = False,
-    remembered_evictions: Mapping[str, str] | None = None,
+    evicted: Mapping[str, str] | None = None,
 ) -> Facts:
     """`deployment`: {"conditions"} of the runtime Deployment; `mount_failures`: pod name -> the kubelet's
     FailedMount Event message; `missing_children`: kinds of children that are gone (deleted by hand); `nodes`:
     the Nodes of the pods (name -> view, None: not cached), `nodes_known`: whether an absent Node is a deleted
-    one (nodes.fault)."""
+    one (nodes.fault); `evicted`: pod name -> why, the evictions to name (None: those of `pods`, `evictions`)."""
     readings, mount_failures, nodes = readings or {}, mount_failures or {}, nodes or {}
     live = [p for p in pods if podview.is_live(p)]
-
-    def node_of(p: Mapping[str, Any]) -> nodeview.NodeView | None:
-        return nodes.get(nodeview.node_name(p))
-
-    evicted = tuple(sorted({**(remembered_evictions or {}), **evictions(pods, nodes, nodes_known)}.items()))
+    if evicted is None:
+        evicted = evictions(pods, nodes, nodes_known)
     replica_failure = next(
         (
             c.get("message") or c.get("reason") or "ReplicaFailure"
@@ -155,14 +157,14 @@ def facts(
                 desired_hash,
                 mount_failures.get(podview.name(p)),
                 desired_template,
-                nodeview.fault(nodeview.node_name(p), node_of(p), nodes_known and nodeview.node_name(p) in nodes),
+                _node_fault(p, nodes, nodes_known),
             )
             for p in live
         ),
         replica_failure=replica_failure,
         apply_error=apply_error,
         missing_children=tuple(missing_children),
-        evicted=evicted,
+        evicted=tuple(sorted(evicted.items())),
     )
 
 
@@ -384,12 +386,12 @@ def compute(
     desired_template: Mapping[str, Any] | None = None,
     nodes: Mapping[str, nodeview.NodeView | None] | None = None,
     nodes_known: bool = False,
-    remembered_evictions: Mapping[str, str] | None = None,
+    evicted: Mapping[str, str] | None = None,
 ) -> Result:
     f = facts(
         nodes=nodes,
         nodes_known=nodes_known,
-        remembered_evictions=remembered_evictions,
+        evicted=evicted,
         name=name,
         namespace=namespace,
         generation=generation,

@@ -309,7 +309,7 @@ def test_reasons_are_registered_with_their_phases():
 def test_an_eviction_stays_named_after_the_evicted_pod_is_gone_until_the_replicas_are_ready():
     """A drained pod terminates in seconds, its replacement loads longer: the pass remembers the eviction
     (memory.evictions, decide) and status keeps naming it instead of a plain Loading; Ready clears it."""
-    remembered = {"a": "evicted by a drain of node bad (cordoned)"}
+    remembered = {"a": "evicted by a drain of node bad (cordoned)"}  # decide: memory.evictions with the pods' own
     loading = compute_status(
         spec(2),
         [on(pod("b"), "good"), on(pod("c", ready=False), "good")],
@@ -317,7 +317,7 @@ def test_an_eviction_stays_named_after_the_evicted_pod_is_gone_until_the_replica
         now=NOW,
         nodes={"good": view(GOOD)},
         nodes_known=True,
-        remembered_evictions=remembered,
+        evicted=remembered,
     )
     status, reason, message = ready_of(loading)
     assert (status, reason) == ("False", "Degraded") and "a evicted by a drain of node bad" in message, message
@@ -329,6 +329,6 @@ def test_an_eviction_stays_named_after_the_evicted_pod_is_gone_until_the_replica
         now=NOW,
         nodes={"good": view(GOOD)},
         nodes_known=True,
-        remembered_evictions=remembered,
+        evicted=remembered,
     )
     assert ready_of(ready)[:2] == ("True", "AllReplicasReady")
