@@ -332,3 +332,55 @@ def test_begin_decides_a_generations_apply_from_the_caches_and_decide_carries_it
     plan, alone = decide(obs, carried, NOW, start), decide(obs, mem, NOW)
     assert plan.apply is alone.apply is want and plan.status == alone.status
     assert plan.desired is start.desired
+
+
+def test_an_eviction_is_remembered_until_the_replicas_are_ready():
+    """Issue 44: a drained pod terminates in seconds and leaves the cache; the pass keeps naming its eviction
+    (memory.evictions) while the replacement loads, and forgets it once the replicas are all Ready."""
+    from ovserve_operator import nodes
+
+    from .podfixtures import readings, report
+
+    current = render_children(NAME, NS, UID, api.parse_spec(SPEC), SETTINGS).template_hash
+    drained = pod("a-old", hash=current, ready=True, deleting=True)
+    drained["spec"]["nodeName"] = "n2"
+    drained["status"]["conditions"].append(
+        {"type": nodes.DISRUPTION_TARGET, "status": "True", "reason": "EvictionByEvictionAPI"}
+    )
+    cordoned = nodes.NodeView("n2", ready="True", unschedulable=True)
+    replacement = pod("a-new", hash=current, ready=False)
+    replacement["spec"]["nodeName"] = "n1"
+    live = live_children(SPEC)
+    first = decide(
+        observed(
+            live=live,
+            pods=[drained, replacement],
+            nodes={"n2": cordoned, "n1": nodes.NodeView("n1", "True")},
+            nodes_known=True,
+        ),
+        memory(**SEEN),
+        NOW,
+    )
+    assert set(first.memory.evictions) == {"a-old"}
+    gone = decide(
+        observed(live=live, pods=[replacement], nodes={"n1": nodes.NodeView("n1", "True")}, nodes_known=True),
+        first.memory,
+        NOW,
+    )
+    ready = next(c for c in gone.status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "PodRescheduled" and "a-old evicted by a drain of node n2" in ready["message"]
+    back = pod("a-new", hash=current)
+    back["spec"]["nodeName"] = "n1"
+    done = decide(
+        observed(
+            live=live,
+            pods=[back],
+            reports=readings({"a-new": report()}),
+            nodes={"n1": nodes.NodeView("n1", "True")},
+            nodes_known=True,
+        ),
+        gone.memory,
+        NOW,
+    )
+    assert done.memory.evictions == {}
+    assert next(c for c in done.status["conditions"] if c["type"] == "Ready")["reason"] == "AllReplicasReady"
