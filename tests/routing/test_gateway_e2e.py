@@ -54,6 +54,7 @@ LEGACY_BUSY_STREAMS = 3  # one generates, two wait (the legacy pipeline runs one
 LEGACY_QUEUED = 1
 CHURN_MAX_PER_CLIENT = 2000  # bounds the churn load whatever happens
 SKEW_REQUESTS = 12
+WARM_UP_S = 120  # the picker reads the pool, then scrapes each pod before it routes
 
 _missing = missing_artefacts(routing_bin_dir())
 if _missing:
@@ -108,9 +109,21 @@ def open_gateway(cluster, ns: str, pool: str, workdir, request) -> Iterator[Gate
     gw.start()
     try:
         # the picker has read the pool and scraped every pod: a request goes through
-        cluster.wait_for(
-            lambda: _chat(gw.url, "warm up", stream=False, model=pool)[0] == 200, 90, "a chat through the gateway"
-        )
+        last: list[object] = []
+
+        def through() -> bool:
+            try:
+                last[:] = [_chat(gw.url, "warm up", stream=False, model=pool, timeout=30)]
+            except OSError as exc:  # refused or timed out: a value to report
+                last[:] = [exc]
+                return False
+            return last[0][0] == 200
+
+        try:
+            cluster.wait_for(through, WARM_UP_S, "a chat through the gateway")
+        except pytest.fail.Exception:
+            # say why: the gateway's last answer and both logs (a CI run shows only the failure's text)
+            pytest.fail(f"no chat through the gateway in {WARM_UP_S}s; last answer {last!r}\n{gw.logs(3000)}")
         yield gw
     finally:
         gw.stop()
@@ -179,7 +192,7 @@ def served_by(pods: list[dict], send) -> str:
 
 
 def _chat(
-    url: str, content: str, *, stream: bool, max_tokens: int = MAX_TOKENS, model: str = NAME
+    url: str, content: str, *, stream: bool, max_tokens: int = MAX_TOKENS, model: str = NAME, timeout: float = 120
 ) -> tuple[int, bytes]:
     body = {
         "model": model,
@@ -191,7 +204,7 @@ def _chat(
         url + "/v3/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
     try:
-        with urllib.request.urlopen(req, timeout=120) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
