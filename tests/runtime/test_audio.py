@@ -132,6 +132,43 @@ def test_streamed_deltas_add_up_to_the_done_text(client, raw):
     assert "".join(d.delta for d in deltas) == events[-1].text == want
 
 
+# LlamaIndex's WhisperReader against the server's base URL, in its own venv (hack/build-llamaindex.sh: it needs
+# openai<3): a file path and raw bytes, each read into a Document whose text is the raw pipeline's.
+LLAMAINDEX_READ = """
+import json, sys
+from llama_index.readers.whisper import WhisperReader
+url, model, path = sys.argv[1:4]
+reader = WhisperReader(model=model, api_key="unused", client_kwargs={"base_url": url, "max_retries": 0})
+docs = reader.load_data(path) + reader.load_data(open(path, "rb").read())
+print(json.dumps([d.text for d in docs]))
+"""
+
+
+@pytest.fixture(scope="module")
+def llamaindex_python() -> str:
+    proc = subprocess.run(
+        ["bash", str(ROOT / "hack" / "build-llamaindex.sh")], capture_output=True, text=True, timeout=900
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"hack/build-llamaindex.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", pytrace=False)
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_llamaindex_whisper_reader_reads_the_transcript(server, raw, llamaindex_python, tmp_path):
+    path = tmp_path / "a.wav"
+    path.write_bytes(WAV)
+    # the reader asks for language "en" and response_format "text"
+    want = raw.generate(pcm(WAV), task="transcribe", language="<|en|>").texts[0]
+    proc = subprocess.run(
+        [llamaindex_python, "-c", LLAMAINDEX_READ, server.url + "/v1", MODEL, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == [want + "\n"] * 2 and want
+
+
 def test_translation_language_prompt_and_temperature_reach_the_pipeline(client, raw):
     samples = pcm(WAV)
     translated = client.audio.translations.create(model=MODEL, file=("a.wav", WAV))
