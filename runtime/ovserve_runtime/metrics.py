@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import (
@@ -117,6 +118,46 @@ class Metrics:
             buckets=_LATENCY,
             registry=r,
         )
+        self.itl = Histogram(
+            "ovserve_inter_token_latency_seconds",
+            "Time between successive token deliveries of a request (one observation per gap; a step that yields "
+            "several tokens, e.g. speculative decoding, is one delivery)",
+            buckets=_TPOT,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "ovserve_request_queue_seconds",
+            "Time from handing a generation request to the engine to the engine taking it into its pipeline "
+            "(waiting for a --max-num-seqs slot, or for the legacy pipeline's one request)",
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.prepare = Histogram(
+            "ovserve_request_prepare_seconds",
+            "Time from a generation request's arrival to handing it to the engine: body, validation, chat "
+            "template, output grammar and tokenization",
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.finished = Counter(
+            "ovserve_request_finish",
+            "Generation requests by endpoint and how their generation ended: stop, length, cancelled (client "
+            "gone, or n > 1 choices ended early), error",
+            ["endpoint", "reason"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "ovserve_request_errors",
+            "Error answers of the API endpoints by endpoint, HTTP status and error.code (4xx and 5xx)",
+            ["endpoint", "status", "code"],
+            registry=r,
+        )
+        self.started = Gauge(
+            "ovserve_runtime_start_time_seconds",
+            "Unix time this runtime process started (its changes count restarts of a pod's runtime)",
+            registry=r,
+        )
+        self.started.set(time.time())
         self.queue_depth = Gauge(
             "ovserve_queue_depth",
             "Requests accepted and not generating yet (parsed, queued, or not scheduled by the last step)",

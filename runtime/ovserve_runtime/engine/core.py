@@ -320,6 +320,7 @@ class CBCore:
                 self._emit(req, "error", str(exc).strip())
                 continue
             ledger.started()
+            req.started_at = time.monotonic()
             self._active[req.id] = (req, handle)
         if any(r.cancelled for r in self._pending):  # a cancel while queued costs nothing, answer it now
             for req in [r for r in self._pending if r.cancelled]:
@@ -512,6 +513,7 @@ class LegacyCore:
                 self._send(req, "done", "cancelled")
                 continue
             ledger.started()
+            req.started_at = time.monotonic()
             self._current = req  # only this thread (and _fail, on it) touches it
             try:
                 final = self._generate(g, req)

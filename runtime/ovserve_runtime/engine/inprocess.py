@@ -32,7 +32,7 @@ class LoopSink:
         if req.loop is None or req.events is None:
             req.emit(kind, value)  # not served by the event loop (the smoke probe)
             return
-        req.record(kind)
+        req.record(kind, value)
         self.out.append((req, kind, value))
 
     def flush(self, core: Core) -> None:

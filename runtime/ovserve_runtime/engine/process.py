@@ -63,6 +63,8 @@ BURST_GAP_S = 0.002
 BURST_GAP_MIN_S = 0.0002
 BURST_MAX_S = 0.25
 
+# the child's event that tells the HTTP process when a request entered the pipeline (never reaches a handler)
+STARTED = "started"
 # step messages the event loop takes from the pipe in one go
 READ_BATCH = 64
 
@@ -82,7 +84,11 @@ class PipeSink:
         self.finished = finished
 
     def emit(self, req: GenRequest, kind: str, value: Any) -> None:
-        req.record(kind)
+        if kind == "tokens" and req.first_token_at is None and req.started_at is not None:
+            # when the request entered the pipeline (CLOCK_MONOTONIC is the machine's: the HTTP process
+            # compares it with its own times for the queue-wait metric), once, before its first tokens
+            self.out.append((req.id, STARTED, req.started_at))
+        req.record(kind, value)
         self.out.append((req.id, kind, value))
         if kind != "tokens" and self.finished is not None:
             self.finished(req.id)
@@ -528,6 +534,9 @@ class ProcessClient(EngineClient):
                 req = self._reqs.get(rid)
                 if req is None:
                     continue
+                if kind == STARTED:
+                    req.started_at = value
+                    continue
                 if kind != "tokens":
                     del self._reqs[rid]
                 else:
@@ -536,7 +545,7 @@ class ProcessClient(EngineClient):
         rest = []
         for req, kind, value in batch:
             if loop is not None and req.loop is loop and req.events is not None:
-                req.record(kind)
+                req.record(kind, value)
                 rest.append((req, kind, value))
             else:  # the smoke probe, or a request from another loop
                 try:

@@ -87,8 +87,13 @@ class GenRequest:
     id: int = 0  # given by the engine client that takes it
     cancelled: bool = False
     finished: bool = False
-    submitted_at: float = field(default_factory=time.monotonic)
+    submitted_at: float = field(default_factory=time.monotonic)  # the server: when the request arrived
+    queued_at: float | None = None  # the server: when it was handed to the engine (after preparing)
+    started_at: float | None = None  # the core: when it entered the pipeline (the process transport sends it)
     first_token_at: float | None = None
+    last_token_at: float | None = None
+    token_gaps: list[float] = field(default_factory=list)  # seconds between successive "tokens" events
+    finish: str | None = None  # the "done" event's reason (stop, length, cancelled), "error" for an error event
     generated: int = 0
     finish_reason_raw: Any = None  # the last GenerationFinishReason the CB pipeline reported
     preparing: int = 0  # requests the server was still parsing when it submitted this one (burst gathering)
@@ -100,16 +105,23 @@ class GenRequest:
     on_event: Callable[[str, Any], None] | None = None
     undeliverable: bool = False  # delivering an event raised: it was answered with an error, the rest is dropped
 
-    def record(self, kind: str) -> None:
-        """Bookkeeping done on the engine thread when an event is produced."""
+    def record(self, kind: str, value: Any = None) -> None:
+        """Bookkeeping done when an event is produced (or, the process transport, received): finish, first
+        token and the gaps between token events (the inter-token latency metric)."""
         if kind != "tokens":
             self.finished = True
-        elif self.first_token_at is None:
-            self.first_token_at = time.monotonic()
+            self.finish = value if kind == "done" and isinstance(value, str) else "error"
+            return
+        now = time.monotonic()
+        if self.first_token_at is None:
+            self.first_token_at = now
+        elif self.last_token_at is not None:
+            self.token_gaps.append(now - self.last_token_at)
+        self.last_token_at = now
 
     def emit(self, kind: str, value: Any) -> None:
         """One event, on its own (the batched path is the transport's): to `on_event`, or to the request's loop."""
-        self.record(kind)
+        self.record(kind, value)
         if self.on_event is not None:
             self.on_event(kind, value)
         elif self.loop is not None and self.events is not None:

@@ -101,8 +101,11 @@ class Serving:
         """After the request is counted: its metrics (tokens, latencies)."""
 
     # --- the wrapper ---------------------------------------------------------------------------
-    def count(self, status: str | int) -> None:
-        self.state.metrics.requests.labels(self.endpoint, str(status)).inc()
+    def count(self, status: str | int, err: ApiError | None = None) -> None:
+        m = self.state.metrics
+        m.requests.labels(self.endpoint, str(status)).inc()
+        if err is not None:
+            m.errors.labels(self.endpoint, str(err.status), err.code or err.type).inc()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         state = self.state
@@ -113,11 +116,12 @@ class Serving:
         try:  # before admission: an upload in progress holds no place
             raw = await read_body(request, state.cfg.max_body_bytes, state.cfg.body_timeout_seconds)
         except ApiError as err:
-            self.count(err.status)
+            self.count(err.status, err)
             return error_response(err)
         if not state.admission.try_admit():
-            self.count(429)
-            return error_response(state.queue_full())
+            err = state.queue_full()
+            self.count(429, err)
+            return error_response(err)
         try:
             return await self._admitted(request, raw, arrived)
         finally:
@@ -128,24 +132,26 @@ class Serving:
         try:
             work, context = await self.prepare(raw)
         except ApiError as err:
-            self.count(err.status)
+            self.count(err.status, err)
             return error_response(err)
         engine = state.engine
         work.loop = asyncio.get_running_loop()
         work.events = Events()
         work.submitted_at = arrived
+        work.queued_at = time.monotonic()
         try:
             engine.submit(work)
         except Exception as exc:
-            self.count(503)
-            return error_response(ApiError(503, str(exc), "server_error", code="pipeline_failed"))
+            err = ApiError(503, str(exc), "server_error", code="pipeline_failed")
+            self.count(503, err)
+            return error_response(err)
         state.drain.track(work)
-        status = "200"
+        status, refused = "200", None
         try:
             response, status = await self.respond(request, work, context)
             return response
         except ApiError as err:
-            status = str(err.status)
+            status, refused = str(err.status), err
             return error_response(err)
         except (asyncio.CancelledError, ConnectionResetError):
             status = "499"  # client closed the request
@@ -154,5 +160,5 @@ class Serving:
             self.finish(work)
             state.drain.untrack(work)
             engine.cancel(work)  # no-op when finished; frees the slot otherwise
-            self.count(status)
+            self.count(status, refused)
             self.observe(work, context)

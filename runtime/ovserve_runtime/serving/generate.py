@@ -197,6 +197,13 @@ class GenerationServing(Serving):
         m = state.metrics
         m.prompt_tokens.inc(prompt_tokens)
         m.generated_tokens.inc(greq.generated)
+        m.finished.labels(self.endpoint, greq.finish or "cancelled").inc()  # None: the handler ended first
+        if greq.queued_at is not None:  # not the extra choices of n > 1 (their request's own times)
+            m.prepare.observe(greq.queued_at - greq.submitted_at)
+            if greq.started_at is not None:
+                m.queue_wait.observe(max(0.0, greq.started_at - greq.queued_at))
+        for gap in greq.token_gaps:
+            m.itl.observe(gap)
         if greq.first_token_at is not None:
             m.ttft.observe(greq.first_token_at - greq.submitted_at)
             end = time.monotonic()
