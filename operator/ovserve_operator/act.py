@@ -4,10 +4,11 @@ check of every child, the ScaledObject's included), patches the status when it c
 its transitions.
 
 - the children are written with server-side apply (kube.apply_exact), all checked before any is written (no
-  half-applied takeover): a live object of a child's name not controlled by this LLMServing is never written
-  (NameConflict, ownership.conflict); a spec the tenant policy denies is not applied (PolicyDenied); an apply the
-  apiserver refuses (4xx) is remembered with its generation for status (ApplyFailed) and retried every
-  REFUSED_RETRY_S, any other failure after APPLY_RETRY_S.
+  half-applied takeover; the ScaledObject and the InferencePool on their own paths, after the others): a live
+  object of a child's name not controlled by this LLMServing is never written (NameConflict, ownership.conflict);
+  a spec the tenant policy denies is not applied (PolicyDenied); an apply the apiserver refuses (4xx) is
+  remembered with its generation for status (ApplyFailed) and retried every REFUSED_RETRY_S, any other failure
+  after APPLY_RETRY_S.
 - an operator change of the pod template (an upgrade, a setting) waits for a rollout slot (rolloutbudget.py).
 - a generation's apply (`begin`) starts as soon as the pass has looked at its caches, in a task beside the pods'
   readback and the status write (neither waits for the other); the pass ends when both are done, so at most
@@ -24,7 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import autoscaling_io, ownership, reasons, render, rolloutbudget, status
+from . import autoscaling_io, ownership, reasons, render, rolloutbudget, routing_io, status
 from . import spec as api
 from .decide import APPLY_RETRY_S, DECIDED, REFUSED_RETRY_S, Apply, Desired, Plan, Start
 from .intake import CHILD_KINDS
@@ -86,6 +87,12 @@ async def act(ctl: Controller, plan: Plan, memory: Memory) -> bool:
                 ctl.mark(plan.key)  # what status says of it changed: the next pass shows it
         except Exception as e:
             log.warning("%s/%s: applying the ScaledObject failed: %s", *plan.key, error_text(e))
+    if plan.write_pool and plan.apply is not Apply.REAPPLY and desired is not None:
+        try:
+            await ctl.call(ctl.io_pool, write_pool, ctl, plan.key, plan.uid, desired.inference_pool, memory)
+        except Exception as e:
+            log.warning("%s/%s: applying the InferencePool failed: %s", *plan.key, error_text(e))
+        ctl.mark(plan.key)  # the next pass reads the pool back for status
     return await write_status(ctl, plan, memory)
 
 
@@ -127,6 +134,7 @@ def apply_blocking(
         ctl.kube.delete(CHILD_KINDS[kind][0], kind, namespace, name, uid=child_uid)
         applied.append(f"{kind}/{name} deleted")
     write_scaler(ctl, key, uid, desired.scaled_object, memory)
+    write_pool(ctl, key, uid, desired.inference_pool, memory)
     return applied
 
 
@@ -146,6 +154,24 @@ def write_scaler(ctl: Controller, key: Key, uid: str, desired: Mapping[str, Any]
         elif written.error is None:
             memory.scaler_refused_at = None
     return memory.scaler_error != before
+
+
+def write_pool(ctl: Controller, key: Key, uid: str, desired: Mapping[str, Any] | None, memory: Memory) -> bool:
+    """Write the InferencePool (in a thread; None: delete ours) and remember the outcome for status. True when
+    that outcome changed what status says. A refusal is kept, not raised (the serving runs behind its Service)."""
+    before = memory.pool_error
+    try:
+        written = routing_io.write(ctl.kube, ctl.gie, desired, key[1], key[0], uid)
+    except Exception as e:
+        memory.pool_error = routing_io.refusal_text(e)
+        raise
+    if written is not None:
+        memory.pool_error = written.error
+        if written.refused:
+            memory.pool_refused_at = time.monotonic()
+        elif written.error is None:
+            memory.pool_refused_at = None
+    return memory.pool_error != before
 
 
 def within_rollout_budget(

@@ -34,7 +34,20 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import act, autoscaling_io, cache, decide, intake, nodes, observe, reasons, reflector, rolloutbudget, statusqueue
+from . import (
+    act,
+    autoscaling_io,
+    cache,
+    decide,
+    intake,
+    nodes,
+    observe,
+    reasons,
+    reflector,
+    rolloutbudget,
+    routing_io,
+    statusqueue,
+)
 from . import spec as api
 from .health import HealthState
 from .kube import Kube, error_text
@@ -69,6 +82,7 @@ class Controller:
             rolloutbudget.RolloutBudget(settings.rollout_budget, settings.rollout_budget_timeout_s),
         )
         self.keda = autoscaling_io.Keda()
+        self.gie = routing_io.Gie()
         self.llmservings = cache.Cache()
         self.pods = cache.Cache()
         self.deployments = cache.Cache()

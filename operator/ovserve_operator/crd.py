@@ -82,6 +82,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "minReplicas-maxReplicas and the autoscaler's last reason; empty without spec.autoscaling.",
     },
     {
+        "name": "Routing",
+        "type": "string",
+        "priority": 1,
+        "jsonPath": ".status.routing.display",
+        "description": "The InferencePool's Ready endpoints, or why there is no pool; empty without spec.routing.",
+    },
+    {
         "name": "Speculative",
         "type": "string",
         "priority": 1,

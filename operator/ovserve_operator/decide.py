@@ -13,6 +13,7 @@ live ones, every pass):
   apiserver refused this very spec); a child edited by hand: at once, then at most every REAPPLY_AFTER_S (never a
   tight fight with another controller); a Deployment held by the rollout budget once a slot frees (REAPPLY);
 - the ScaledObject alone when it is missing (a refusal retried every REFUSED_RETRY_S) or edited by hand.
+- the InferencePool of spec.routing alone, the same way (routing_io).
 """
 
 from __future__ import annotations
@@ -25,7 +26,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from . import autoscaling, autoscaling_io, drift, policy, render, resourcedefaults, rolloutbudget, scaledobject, status
+from . import (
+    autoscaling,
+    autoscaling_io,
+    drift,
+    policy,
+    reasons,
+    render,
+    resourcedefaults,
+    rolloutbudget,
+    routing,
+    routing_io,
+    scaledobject,
+    status,
+)
 from . import spec as api
 from .memory import (
     Memory,
@@ -54,6 +68,8 @@ DECIDED = (
     "children_seen",
     "scaler_error",
     "scaler_reverted_at",
+    "pool_reverted_at",
+    "pool_written_at",
     "mount_failures",
     "events_read_at",
     "evictions",
@@ -91,10 +107,16 @@ class Desired:
         return next((o for o in self.objects if o["kind"] == scaledobject.KIND), None)
 
     @property
+    def inference_pool(self) -> dict[str, Any] | None:
+        """spec.routing's InferencePool; None: routing is off (ours is deleted)."""
+        return next((o for o in self.objects if o["kind"] == routing.POOL_KIND), None)
+
+    @property
     def applied(self) -> list[dict[str, Any]]:
-        """The children written with server-side apply as they are (the ScaledObject has its own write: KEDA may
-        be absent, and a refusal of it leaves the others serving)."""
-        return [o for o in self.objects if o["kind"] != scaledobject.KIND]
+        """The children written with server-side apply as they are (the ScaledObject and the InferencePool have
+        their own writes: KEDA and the Inference Extension may be absent, and a refusal of either leaves the
+        others serving)."""
+        return [o for o in self.objects if o["kind"] not in (scaledobject.KIND, routing.POOL_KIND)]
 
     @property
     def template_hash(self) -> str:
@@ -130,6 +152,7 @@ class Plan:
     apply: Apply = Apply.NONE
     drifted: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # why a REAPPLY
     write_scaler: bool = False  # the ScaledObject alone
+    write_pool: bool = False  # the InferencePool alone
     finish_rollout: bool = False  # its rollout slot frees
     events_forbidden: str | None = None  # pod Events may not be read (RBAC): stop asking (observe found it)
 
@@ -229,6 +252,14 @@ def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = N
     scaling, write_scaler = _scaler(o, m, desired, st, now.tick)
     stamp = status.timestamp(now.wall)
     autoscaling_io.apply_to_status(st, scaling, previous=previous, generation=generation, now=stamp)
+    routed, write_pool = _router(o, m, desired, now.tick)
+    if routed is _KEEP:  # the pool could not be read this pass: what status said stays
+        if (previous or {}).get("routing") is not None:
+            st["routing"] = previous["routing"]
+    elif routed is None:
+        st.pop("routing", None)
+    else:
+        st["routing"] = routed
     if (applied_defaults := resourcedefaults.defaults(spec, o.settings).status()) is not None:
         st["resourceDefaults"] = applied_defaults
     live_hash = ((deployed or {}).get("metadata", {}).get("annotations") or {}).get(render.ANNOTATION_TEMPLATE_HASH)
@@ -267,6 +298,7 @@ def decide(observed: Observed, memory: Memory, now: Now, start: Start | None = N
         apply=apply,
         drifted=drifted,
         write_scaler=write_scaler and apply in (Apply.NONE, Apply.UNCHANGED),  # an apply writes it anyway
+        write_pool=write_pool and apply in (Apply.NONE, Apply.UNCHANGED),
         finish_rollout=finish,
     )
 
@@ -362,3 +394,42 @@ def _scaler(
         resolved=resolved,
     )
     return state, write
+
+
+_KEEP: dict[str, Any] = {}  # a marker (never written): status.routing as it was
+
+
+def _router(o: Observed, m: Memory, desired: Desired, tick: float) -> tuple[dict[str, Any] | None, bool]:
+    """status.routing (None: routing off, no status.routing; _KEEP: not read this pass) and whether to write the
+    InferencePool alone: when it is missing (a refusal retried every REFUSED_RETRY_S, a re-create at most every
+    MISSING_REWRITE_AFTER_S) or edited by hand (reverted at most every REAPPLY_AFTER_S). Records the write in `m`."""
+    spec = o.spec
+    assert isinstance(spec, api.LLMServingSpec)
+    if not routing.enabled(spec):
+        return None, False
+    (_, name) = o.key
+    denied = [d for d in desired.denied if d.startswith("spec.routing")]
+    if denied:
+        st = api.RoutingStatus(reason=reasons.POLICY_DENIED, message="; ".join(denied), display=reasons.POLICY_DENIED)
+        return st.model_dump(exclude_none=True), False
+    seen = o.pool
+    if seen is None:
+        return _KEEP, False
+    write = False
+    if seen.installed and seen.problem is None and not desired.denied:
+        if seen.pool is None:
+            refused_at, written_at = m.pool_refused_at, m.pool_written_at
+            write = (refused_at is None or tick - refused_at >= routing_io.REFUSED_RETRY_S) and (
+                written_at is None or tick - written_at >= routing_io.MISSING_REWRITE_AFTER_S
+            )
+        elif (
+            desired.inference_pool is not None
+            and drift.differences(desired.inference_pool, seen.pool)
+            and tick - (m.pool_reverted_at if m.pool_reverted_at is not None else -1e9) > routing_io.REAPPLY_AFTER_S
+        ):
+            m.pool_reverted_at = tick
+            write = True
+    if write:
+        m.pool_written_at = tick
+    problem = seen.problem or (m.pool_error if seen.pool is None else None)
+    return routing.pool_status(name, installed=seen.installed, pool=seen.pool, pods=o.pods, problem=problem), write

@@ -53,6 +53,12 @@ class Memory:
     scaler_error: str | None = None
     scaler_refused_at: float | None = None
     scaler_reverted_at: float | None = None
+    # the InferencePool (spec.routing), as the ScaledObject: why it was last refused or not taken over, when the
+    # apiserver last refused it, the last re-apply for a hand edit, the last write of it (monotonic)
+    pool_error: str | None = None
+    pool_refused_at: float | None = None
+    pool_reverted_at: float | None = None
+    pool_written_at: float | None = None
 
 
 class Memories:

@@ -2,9 +2,9 @@
 in two parts: `cached`, from the controller's caches (the object, its pods and live children: no I/O, so that a
 generation's apply, decided from these alone, starts at once), then `read`, where no cache can hold it, from the
 pods and the apiserver: the runtime reports (GET /v1/status of each pod), the mount-failure Events of pods stuck
-creating, KEDA's ScaledObject and HPA. Nothing is written anywhere, the memory record included: it is read
-(which pods' Events are due: at most one LIST per pod every EVENTS_EVERY_S), and what was read goes to `decide`
-in the `Observed`.
+creating, KEDA's ScaledObject and HPA, the InferencePool of spec.routing. Nothing is written anywhere, the
+memory record included: it is read (which pods' Events are due: at most one LIST per pod every EVENTS_EVERY_S),
+and what was read goes to `decide` in the `Observed`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from . import autoscaling_io, nodes, ownership, podview, readback, rolloutbudget
+from . import autoscaling_io, nodes, ownership, podview, readback, rolloutbudget, routing, routing_io
 from . import spec as api
 from .kube import error_status, error_text
 from .memory import Memory
@@ -57,6 +57,7 @@ class Observed:
     events_read_at: float = 0.0
     events_forbidden: str | None = None
     scaler: autoscaling_io.Seen | None = None  # None: not read (autoscaling off, or the read failed)
+    pool: routing_io.Seen | None = None  # None: not read (routing off, or the read failed)
     budget: rolloutbudget.View = dataclasses.field(default_factory=rolloutbudget.View)
 
     @property
@@ -109,7 +110,7 @@ def cached(ctl: Controller, snapshot: Mapping[str, Any], memory: Memory) -> Obse
 async def read(ctl: Controller, observed: Observed, memory: Memory) -> Observed:
     """`observed` (from `cached`) with what only the pods and the apiserver can tell: the pods' runtime reports
     (GET /v1/status, up to the readback timeout), the Events of pods stuck creating, KEDA's ScaledObject and HPA,
-    and the rollout budget as it is after those reads (reads only)."""
+    the InferencePool, and the rollout budget as it is after those reads (reads only)."""
     o = observed
     if o.unreadable is not None or isinstance(o.spec, ValidationError):
         return o
@@ -123,8 +124,15 @@ async def read(ctl: Controller, observed: Observed, memory: Memory) -> Observed:
             scaler = await ctl.call(ctl.io_pool, autoscaling_io.read, ctl.kube, ctl.keda, name, namespace, uid)
         except Exception as e:
             log.warning("%s/%s: reading the autoscaler failed: %s", namespace, name, error_text(e))
+    pool = None
+    if routing.enabled(o.spec):
+        try:
+            pool = await ctl.call(ctl.io_pool, routing_io.read, ctl.kube, ctl.gie, name, namespace, uid)
+        except Exception as e:
+            log.warning("%s/%s: reading the InferencePool failed: %s", namespace, name, error_text(e))
     return dataclasses.replace(
         o,
+        pool=pool,
         reports=reports,
         pod_events=pod_events,
         events_read_at=events_read_at,

@@ -64,6 +64,11 @@ def violations(spec: api.LLMServingSpec, settings: Settings) -> list[str]:
             "spec.networkPolicy is denied: the operator does not manage NetworkPolicies "
             "(operator setting OVSERVE_NETWORK_POLICIES, chart value networkPolicy.enabled)"
         )
+    if spec.routing is not None and spec.routing.enabled and not settings.routing:
+        out.append(
+            "spec.routing is denied: the operator does not manage InferencePools "
+            "(operator setting OVSERVE_ROUTING, chart value routing.enabled)"
+        )
     if not settings.allow_scheduling_passthrough:
         fields = [
             name

@@ -285,6 +285,34 @@ SPECULATIVE_NEEDS_CB = _r(
 )
 SPECULATIVE_CONDITION = "SpeculativeDecoding"
 
+# ------------------------------------------------------------------------- routing (status.routing.reason)
+POOL_READY = _r(
+    "PoolReady",
+    "status.routing",
+    None,
+    "spec.routing: the InferencePool exists as rendered; `endpoints` counts the Ready pods it selects",
+)
+POOL_PENDING = _r(
+    "PoolPending",
+    "status.routing",
+    None,
+    "spec.routing: the InferencePool is not created yet, or is being re-created (deleted by hand)",
+)
+POOL_REFUSED = _r(
+    "PoolRefused",
+    "status.routing",
+    None,
+    "spec.routing: the apiserver refused the InferencePool (RBAC: chart routing.enabled; a webhook), or one of "
+    "that name is not this LLMServing's: the message says which; the serving runs without it",
+)
+ROUTING_UNAVAILABLE = _r(
+    "RoutingUnavailable",
+    "status.routing",
+    None,
+    "spec.routing: the InferencePool CRD (inference.networking.k8s.io/v1) is not installed: no pool, the "
+    "serving runs behind its Service",
+)
+
 # ------------------------------------------------------------------------- Events only
 PIPELINE_FALLBACK_EVENT = _r(
     "PipelineFallback", "Event", None, "Warning: Fallback became True (AUTO runs the legacy pipeline)"

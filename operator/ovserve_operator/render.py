@@ -16,7 +16,7 @@ from ovserve_runtime import endpoints
 from ovserve_runtime.flags import RuntimeFlags
 from ovserve_runtime.report import PipelineType, Task
 
-from . import networkpolicy, resourcedefaults, scaledobject
+from . import networkpolicy, resourcedefaults, routing, scaledobject
 from . import spec as api
 from .settings import Settings
 
@@ -420,7 +420,10 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
         pod_spec["affinity"] = copy.deepcopy(spec.affinity)
     if (spread := topology_spread(spec)) is not None:
         pod_spec["topologySpreadConstraints"] = spread
-    template: dict[str, Any] = {"metadata": {"labels": labels(name)}, "spec": pod_spec}
+    pod_labels = labels(name)
+    if routing.enabled(spec):  # only then: the label is in the template hash (setting it rolls the pods)
+        pod_labels.update(routing.POD_LABELS)
+    template: dict[str, Any] = {"metadata": {"labels": pod_labels}, "spec": pod_spec}
     template["metadata"]["annotations"] = {ANNOTATION_TEMPLATE_HASH: template_hash(template)}
     return template
 
@@ -526,9 +529,18 @@ def render_scaled_object(
     return scaledobject.render_scaled_object(name, namespace, spec.autoscaling, prometheus_url, metadata)
 
 
+def render_inference_pool(name: str, namespace: str, uid: str, spec: api.LLMServingSpec) -> dict[str, Any] | None:
+    """The InferencePool for spec.routing (routing.py), or None when routing is off."""
+    if not routing.enabled(spec):
+        return None
+    owner = routing.Owner(name, namespace, labels(name), owner_reference(name, uid))
+    return routing.render_inference_pool(owner, selector_labels(name), routing.params(spec))
+
+
 def render(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> list[dict]:
     """Every desired child object, in apply order: the NetworkPolicy first (no pod without it), the ScaledObject
-    last (spec.autoscaling; written by its own path, autoscaling_io.write, since KEDA may be absent)."""
+    and the InferencePool last (spec.autoscaling, spec.routing; each written by its own path, autoscaling_io.write
+    and routing_io.write, since KEDA and the Inference Extension may be absent)."""
     objs = [render_service(name, namespace, uid), render_deployment(name, namespace, uid, spec, settings)]
     if needs_budget(spec):
         objs.append(render_pdb(name, namespace, uid, spec))
@@ -536,6 +548,8 @@ def render(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settin
         objs.insert(0, render_network_policy(name, namespace, uid, spec, settings))
     if (scaled := render_scaled_object(name, namespace, uid, spec, settings.prometheus_url)) is not None:
         objs.append(scaled)
+    if (pool := render_inference_pool(name, namespace, uid, spec)) is not None:
+        objs.append(pool)
     return objs
 
 
@@ -552,6 +566,7 @@ __all__ = [
     "pod_template",
     "render",
     "render_deployment",
+    "render_inference_pool",
     "render_network_policy",
     "render_pdb",
     "render_scaled_object",

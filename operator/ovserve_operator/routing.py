@@ -17,6 +17,7 @@ Nothing here reads the cluster; render.py hands in the owner (names, labels, own
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -28,6 +29,9 @@ from ovserve_runtime.metrics import (
     CACHE_NUM_BLOCKS_LABEL,
     KV_USAGE_RATIO,
 )
+
+from . import reasons
+from . import spec as api
 
 # The GIE API and release these objects are written for (the EPP flags and config format are v1.5.0's).
 POOL_GROUP = "inference.networking.k8s.io"
@@ -380,6 +384,76 @@ def render_routing(owner: Owner, selector: dict[str, str], params: RoutingParams
     return out
 
 
+# ------------------------------------------------------------------------------- spec.routing and its status
+
+
+def enabled(spec: api.LLMServingSpec) -> bool:
+    """spec.routing is set and on: the pool is rendered and the pods carry the engine-type label."""
+    return spec.routing is not None and spec.routing.enabled
+
+
+def params(spec: api.LLMServingSpec) -> RoutingParams:
+    """What spec.routing asks, for the renderers. The picker is not run by the operator (yet): the pool names
+    `<name>-epp`, which a platform's own EPP serves (docs/routing.md)."""
+    failure = spec.routing.failureMode if spec.routing is not None else api.RoutingFailureMode.FAIL_OPEN
+    return RoutingParams(picker=False, failure_mode=FailureMode(failure.value))
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    """Ready and not terminating: what an EndpointSlice, and so the picker, counts as an endpoint (podview's own
+    checks are not imported: podview imports render, which imports this module)."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def endpoints_of(pool: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> int:
+    """The pool's endpoints: Ready pods (not terminating) whose labels match its selector (matchLabels)."""
+    selector = ((pool.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    if not selector:
+        return 0
+    count = 0
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if _ready(pod) and all(labels.get(k) == v for k, v in selector.items()):
+            count += 1
+    return count
+
+
+def pool_status(
+    name: str,
+    *,
+    installed: bool,
+    pool: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]],
+    problem: str | None = None,
+) -> dict[str, Any]:
+    """status.routing from what was read (pure): the CRD served or not, our live pool (None: absent or not
+    ours), why it cannot be written (a refusal, a name taken), and the serving's pods."""
+    pool_name_ = None
+    count = 0
+    if not installed:
+        reason = reasons.ROUTING_UNAVAILABLE
+        message = (
+            f"InferencePool CRD not installed: {POOL_API_VERSION} {POOL_PLURAL} is not served (install the Gateway "
+            "API Inference Extension's CRDs); the serving runs behind its Service"
+        )
+    elif problem is not None:
+        reason, message = reasons.POOL_REFUSED, problem
+    elif pool is None:
+        reason, message = reasons.POOL_PENDING, f"InferencePool {pool_name(name)} is being created"
+    else:
+        pool_name_ = pool_name(name)
+        count = endpoints_of(pool, pods)
+        reason = reasons.POOL_READY
+        message = f"InferencePool {pool_name_} selects {count} Ready pod(s) on port {endpoints.PORT}"
+    display = f"{count} endpoint{'' if count == 1 else 's'}" if reason == reasons.POOL_READY else reason
+    return api.RoutingStatus(
+        pool=pool_name_, endpoints=count, reason=reason, message=message, display=display
+    ).model_dump(exclude_none=True)
+
+
 __all__ = [
     "DEFAULT_PICKER_IMAGE",
     "ENGINE_TYPE",
@@ -387,15 +461,20 @@ __all__ = [
     "POD_LABELS",
     "POOL_API_VERSION",
     "POOL_KIND",
+    "POOL_PLURAL",
     "FailureMode",
     "Owner",
     "RoutingParams",
+    "enabled",
+    "endpoints_of",
     "engine_config",
+    "params",
     "picker_config",
     "picker_config_text",
     "picker_name",
     "picker_rules",
     "pool_name",
+    "pool_status",
     "render_inference_pool",
     "render_routing",
 ]

@@ -173,6 +173,12 @@ class Settings(BaseModel):
         "the operator may manage a NetworkPolicy per LLMServing (`spec.networkPolicy`; needs RBAC on "
         "networkpolicies, chart `networkPolicy.enabled`); off: a spec asking for one reads `PolicyDenied`",
     )
+    routing: bool = _env(
+        False,
+        "OVSERVE_ROUTING",
+        "tenant policy: the operator may create an InferencePool per LLMServing (`spec.routing`; needs RBAC on "
+        "inferencepools, chart `routing.enabled`); off: a spec asking for one reads `PolicyDenied`",
+    )
     network_policy_default: bool = _env(
         False,
         "OVSERVE_NETWORK_POLICY_DEFAULT",

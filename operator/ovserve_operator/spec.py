@@ -588,6 +588,28 @@ class NetworkPolicyConfig(_Strict):
     )
 
 
+class RoutingFailureMode(StrEnum):
+    FAIL_OPEN = "FailOpen"
+    FAIL_CLOSE = "FailClose"
+
+
+class Routing(_Strict):
+    """Replicas routed per request by load and prompt prefix (Gateway API Inference Extension, docs/routing.md):
+    an InferencePool selecting the runtime pods, owned by the LLMServing, for a GIE gateway and its endpoint
+    picker; the runtime pods carry the picker's engine-type label (openvino)."""
+
+    enabled: bool = Field(
+        True,
+        description="Create the InferencePool and label the pods for the picker (false: none; toggling it rolls "
+        "the pods, the label being part of their template).",
+    )
+    failureMode: RoutingFailureMode = Field(
+        RoutingFailureMode.FAIL_OPEN,
+        description="What the gateway does when the endpoint picker does not answer: FailOpen routes to any pod of "
+        "the pool, FailClose refuses the request.",
+    )
+
+
 class EmbeddingsConfig(_Strict):
     """How an embeddings serving computes its vectors. Unset fields: the model's sentence-transformers config
     (modules.json, its Pooling module), else openvino-genai's defaults; status.embeddings says what resolved."""
@@ -738,6 +760,12 @@ class LLMServingSpec(_Strict):
         None, description="Pooling, normalization and batching of an embeddings serving (/v3/embeddings)."
     )
     rerank: RerankConfig | None = Field(None, description="Limits of a rerank serving (/v3/rerank).")
+    routing: Routing | None = Field(
+        None,
+        description="An InferencePool of the runtime pods for a Gateway API Inference Extension gateway (routing "
+        "by load and prompt prefix; docs/routing.md). Needs the operator setting OVSERVE_ROUTING (chart "
+        "routing.enabled) and the InferencePool CRD; status.routing says what exists.",
+    )
 
     @model_validator(mode="after")
     def _task_fields(self) -> LLMServingSpec:
@@ -886,6 +914,18 @@ class AutoscalingStatus(BaseModel):
     display: str = Field("", description="minReplicas-maxReplicas and the reason, for the AUTOSCALING column.")
 
 
+class RoutingStatus(BaseModel):
+    """The InferencePool of spec.routing as it is (docs/routing.md)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    pool: str | None = Field(None, description="Name of the InferencePool; empty while none of ours exists.")
+    endpoints: int = Field(0, ge=0, description="Ready runtime pods the pool's selector matches.")
+    reason: str = Field("PoolPending", description="PoolReady, PoolPending, PoolRefused or RoutingUnavailable.")
+    message: str = Field("", description="Details of the reason.")
+    display: str = Field("", description="The pool's endpoints, or the reason, for the ROUTING column.")
+
+
 class ResourceDefaultsStatus(BaseModel):
     """Requests the operator added because spec.resources leaves them unset (docs/operator.md)."""
 
@@ -931,6 +971,7 @@ class LLMServingStatus(BaseModel):
         json_schema_extra={"format": "date-time"},
     )
     autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state when spec.autoscaling is set.")
+    routing: RoutingStatus | None = Field(None, description="The InferencePool when spec.routing is on.")
     rollout: RolloutStatus | None = Field(
         None,
         description="Present while an operator upgrade's change of the pod template waits for, or holds, a "
@@ -1016,6 +1057,9 @@ __all__ = [
     "Rollout",
     "RolloutStatus",
     "RolloutStrategy",
+    "Routing",
+    "RoutingFailureMode",
+    "RoutingStatus",
     "SchedulerConfig",
     "SecretKeySelector",
     "parse_spec",

@@ -224,6 +224,15 @@ def test_network_policies_grant_exactly_their_rbac(tmp_path):
     assert proc.returncode != 0 and "networkPolicy.default=true needs networkPolicy.enabled=true" in proc.stderr
 
 
+def test_routing_grants_exactly_its_rbac(tmp_path):
+    assert "OVSERVE_ROUTING" not in container_env(one(render({}, tmp_path), "Deployment"))
+    docs = render({"routing": {"enabled": True}}, tmp_path)
+    extra = {k: v for k, v in rbac_table(docs).items() if k not in EXPECTED_RBAC}
+    # the pool is read back by GET each pass (not watched: the CRD may be absent), applied, deleted by uid
+    assert extra == {("cluster", "inference.networking.k8s.io", "inferencepools"): {"get", "create", "patch", "delete"}}
+    assert container_env(one(docs, "Deployment"))["OVSERVE_ROUTING"] == "true"
+
+
 def test_two_replicas_without_leader_election_are_refused(tmp_path):
     proc = helm(*template_args({"leaderElection": {"enabled": False}}, tmp_path), check=False)
     assert proc.returncode != 0
