@@ -46,9 +46,17 @@ def missing_artefacts(bin_dir: Path) -> list[str]:
 
 
 def free_port() -> int:
+    """A port free on every address: the EPP listens on all of them (":port"), and a port free on loopback alone may
+    be held on the node's address by one of the cluster's many connections."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("0.0.0.0", 0))
         return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _socket(port: int) -> dict:
@@ -224,19 +232,23 @@ class Gateway:
         return self
 
     def _wait_admin(self) -> None:
+        """Until Envoy is ready and the picker listens for ext_proc; a process that exits fails at once."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            for p in self.procs:
-                if p.poll() is not None:
-                    raise RuntimeError(f"{p.args[0]} exited {p.returncode}:\n{self.logs()}")
+            self.check_alive()
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/ready", timeout=2) as r:
-                    if r.status == 200:
+                    if r.status == 200 and listening(self.picker_port):
                         return
             except (OSError, urllib.error.URLError):
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"envoy not ready after {START_TIMEOUT_S}s:\n{self.logs()}")
+        raise RuntimeError(f"envoy or the picker not ready after {START_TIMEOUT_S}s:\n{self.logs()}")
+
+    def check_alive(self) -> None:
+        for p in self.procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{p.args[0]} exited {p.returncode}:\n{self.logs()}")
 
     def picker_metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.picker_metrics_port}/metrics", timeout=5) as r:

@@ -1,6 +1,8 @@
 """End to end (issue 39): Envoy and GIE's real endpoint picker in front of three replicas of a tiny chat serving on
-the real cluster. The operator runs the serving; the test applies the InferencePool that routing.py renders for it
-(owned by the LLMServing) and runs the gateway of tests/routing/gateway.py in the cluster's network namespace.
+the real cluster. The operator runs the serving with `spec.routing` and creates its InferencePool (owned by the
+LLMServing); the test runs the gateway of tests/routing/gateway.py in the cluster's network namespace.
+
+- status.routing names the pool and its Ready endpoints; the pods carry the picker's engine-type label;
 
 - a streamed chat through the gateway arrives intact (every event parses, one finish, `data: [DONE]` last);
 - the picker scrapes the pods through the `openvino` engine config (its own metrics name every pod of the pool);
@@ -8,7 +10,9 @@ the real cluster. The operator runs the serving; the test applies the InferenceP
 - prefix affinity: requests sharing a long prompt prefix (several prefixes, interleaved) land on one pod per prefix;
 - load skew: a pod kept busy with long generations (sent to it directly) gets few of the new requests;
 - a legacy-pipeline serving behind its own pool exports no KV-cache families and is routed on its queue;
-- a pod deleted under load leaves the pool and its replacement joins it, with no chat lost.
+- a pod deleted under load leaves the pool and its replacement joins it, with no chat lost;
+- a rollout (a spec change that replaces every pod) under load through the gateway loses no chat;
+- the pool deleted by hand is re-created by the operator, and the gateway routes through it again.
 
 Skipped, with the reason, where `make routing` has not built the EPP, Envoy and the CRD.
 """
@@ -55,6 +59,8 @@ LEGACY_QUEUED = 1
 CHURN_MAX_PER_CLIENT = 2000  # bounds the churn load whatever happens
 SKEW_REQUESTS = 12
 WARM_UP_S = 120  # the picker reads the pool, then scrapes each pod before it routes
+POOL_WAIT_S = 60  # the operator's pass (every 2 s here) reads the pool back, re-creates one deleted (5 s apart)
+ROLLOUT_WAIT_S = 240  # three tiny-llm pods replaced one at a time (surge 1), each ready in about 10 s, drains
 
 _missing = missing_artefacts(routing_bin_dir())
 if _missing:
@@ -81,26 +87,34 @@ def pool_crd(cluster) -> str:
 
 @pytest.fixture(scope="module")
 def rt_operator(cluster, rt_ns, tmp_path_factory):
-    op = OperatorProcess(rt_ns, "op-rt", f"ovserve-operator-{uuid.uuid4().hex[:6]}", tmp_path_factory.mktemp("op"), {})
+    env = {"OVSERVE_ROUTING": "true"}  # tenant policy: spec.routing allowed
+    op = OperatorProcess(rt_ns, "op-rt", f"ovserve-operator-{uuid.uuid4().hex[:6]}", tmp_path_factory.mktemp("op"), env)
     cluster.wait_for(lambda: (op.health() or {}).get("kopf") or not op.alive(), 60, "operator leader")
     assert op.alive(), op.logs()
     yield op
     op.stop()
 
 
-def start_serving(cluster, ns: str, name: str, spec: dict, replicas: int) -> None:
-    """An LLMServing of `replicas` Ready pods and the InferencePool routing.py renders for it (owned by it)."""
-    cluster.apply(llms(name, {**spec, "replicas": replicas}), ns)
+def routed_to(cluster, ns: str, name: str, endpoints: int, rt_operator: OperatorProcess) -> dict:
+    """Wait until status.routing says the operator's pool selects `endpoints` Ready pods; status.routing then."""
+    last: list[dict] = [{}]
+
+    def counted() -> bool:
+        last[0] = status(cluster, ns, name).get("routing") or {}
+        return last[0].get("reason") == "PoolReady" and last[0].get("endpoints") == endpoints
+
+    try:
+        cluster.wait_for(counted, POOL_WAIT_S, f"status.routing of {name} at {endpoints} endpoints")
+    except pytest.fail.Exception:
+        pytest.fail(f"status.routing of {name}: {last[0]!r}\noperator log tail:\n{rt_operator.logs()[-3000:]}")
+    return last[0]
+
+
+def start_serving(cluster, ns: str, name: str, spec: dict, replicas: int, rt_operator: OperatorProcess) -> None:
+    """An LLMServing with spec.routing of `replicas` Ready pods, and the InferencePool the operator made for it."""
+    cluster.apply(llms(name, {**spec, "replicas": replicas, "routing": {}}), ns)
     cluster.wait_for(lambda: status(cluster, ns, name).get("readyReplicas") == replicas, 300, f"{name} ready")
-    obj = cluster.get("llmserving", name, ns)
-    owner = routing.Owner(
-        name=name,
-        namespace=ns,
-        labels=render.labels(name),
-        owner_reference=render.owner_reference(name, obj["metadata"]["uid"]),
-    )
-    pool = routing.render_inference_pool(owner, render.selector_labels(name), routing.RoutingParams(picker=False))
-    cluster.apply(pool, ns)
+    routed_to(cluster, ns, name, replicas, rt_operator)
 
 
 @contextlib.contextmanager
@@ -108,22 +122,26 @@ def open_gateway(cluster, ns: str, pool: str, workdir, request) -> Iterator[Gate
     gw = Gateway(pool=pool, namespace=ns, kubeconfig=cluster.kubeconfig, workdir=workdir)
     gw.start()
     try:
-        # the picker has read the pool and scraped every pod: a request goes through
-        last: list[object] = []
-
-        def through() -> bool:
+        # the picker has read the pool and scraped every pod: a request goes through. A failure says why (the
+        # gateway's last answer, the EPP's and Envoy's logs): a CI run shows only the failure's text.
+        deadline = time.monotonic() + WARM_UP_S
+        last: object = None
+        while True:
             try:
-                last[:] = [_chat(gw.url, "warm up", stream=False, model=pool, timeout=30)]
+                gw.check_alive()
+            except RuntimeError as exc:  # an EPP or Envoy that died fails now, with its log
+                pytest.fail(str(exc), pytrace=False)
+            try:
+                last = _chat(gw.url, "warm up", stream=False, model=pool, timeout=30)
             except OSError as exc:  # refused or timed out: a value to report
-                last[:] = [exc]
-                return False
-            return last[0][0] == 200
-
-        try:
-            cluster.wait_for(through, WARM_UP_S, "a chat through the gateway")
-        except pytest.fail.Exception:
-            # say why: the gateway's last answer and both logs (a CI run shows only the failure's text)
-            pytest.fail(f"no chat through the gateway in {WARM_UP_S}s; last answer {last!r}\n{gw.logs(3000)}")
+                last = exc
+            if isinstance(last, tuple) and last[0] == 200:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"no chat through the gateway in {WARM_UP_S}s; last {last!r}\n{gw.logs(3000)}", pytrace=False
+                )
+            time.sleep(0.5)
         yield gw
     finally:
         gw.stop()
@@ -141,7 +159,7 @@ def models(cluster, rt_ns, tiny_models):
 def serving(cluster, rt_ns, rt_operator, pool_crd, project_image, models):
     """Three Ready replicas of tiny-llm (prefix caching on) and the InferencePool selecting them."""
     spec = {"model": pvc_model("tiny-llm"), "scheduler": {"maxNumSeqs": 8, "enablePrefixCaching": True}}
-    start_serving(cluster, rt_ns, NAME, spec, REPLICAS)
+    start_serving(cluster, rt_ns, NAME, spec, REPLICAS, rt_operator)
     yield NAME
     cluster.kubectl("delete", "llmserving", NAME, "-n", rt_ns, "--wait=false", check=False)
 
@@ -155,7 +173,7 @@ def gateway(cluster, rt_ns, serving, tmp_path_factory, request):
 @pytest.fixture(scope="module")
 def legacy_gateway(cluster, rt_ns, rt_operator, pool_crd, project_image, models, tmp_path_factory, request):
     """Two replicas of the SDPA-free tiny model (the legacy fallback pipeline) behind a pool of their own."""
-    start_serving(cluster, rt_ns, LEGACY, {"model": pvc_model("tiny-llm-nosdpa")}, LEGACY_REPLICAS)
+    start_serving(cluster, rt_ns, LEGACY, {"model": pvc_model("tiny-llm-nosdpa")}, LEGACY_REPLICAS, rt_operator)
     with open_gateway(cluster, rt_ns, LEGACY, tmp_path_factory.mktemp("gw-legacy"), request) as gw:
         yield gw
     cluster.kubectl("delete", "llmserving", LEGACY, "-n", rt_ns, "--wait=false", check=False)
@@ -222,6 +240,22 @@ def test_streamed_chat_arrives_intact(gateway):
     assert len({c["id"] for c in chunks}) == 1
     text = "".join(ch["delta"].get("content") or "" for c in chunks for ch in c["choices"])
     assert text
+
+
+def test_status_routing_names_the_operators_pool(cluster, rt_ns, serving, rt_operator):
+    """The operator made the pool (owned by the LLMServing, selecting its runtime pods on port 8000), status.routing
+    names it with its Ready endpoints, and the pods carry the picker's engine-type label."""
+    st = routed_to(cluster, rt_ns, serving, REPLICAS, rt_operator)
+    assert st["pool"] == serving and st["display"] == f"{REPLICAS} endpoints", st
+    pool = cluster.get("inferencepool", serving, rt_ns)
+    owner = cluster.get("llmserving", serving, rt_ns)
+    refs = pool["metadata"]["ownerReferences"]
+    uid = owner["metadata"]["uid"]
+    assert [(r["kind"], r["uid"], r.get("controller")) for r in refs] == [("LLMServing", uid, True)]
+    assert pool["spec"]["selector"]["matchLabels"] == render.selector_labels(serving)
+    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
+    for pod in runtime_pods(cluster, rt_ns):
+        assert pod["metadata"]["labels"].get(routing.ENGINE_TYPE_LABEL) == routing.ENGINE_TYPE, pod["metadata"]
 
 
 def test_the_picker_scrapes_every_pod_of_the_pool(cluster, rt_ns, gateway):
@@ -355,11 +389,10 @@ def test_a_legacy_pool_is_routed_on_what_it_reports(cluster, rt_ns, legacy_gatew
     assert served[busy["metadata"]["name"]] <= SKEW_REQUESTS // (2 * LEGACY_REPLICAS), served
 
 
-def test_a_pod_leaving_and_joining_the_pool_loses_nothing(cluster, rt_ns, gateway):
-    """Under steady chats through the gateway, one pod is deleted: it turns unready (preStop, drain) and leaves the
-    pool, its replacement joins once Ready and gets chats; every chat answers 200 (no retry anywhere)."""
-    pods = runtime_pods(cluster, rt_ns)
-    victim = pods[0]["metadata"]["name"]
+@contextlib.contextmanager
+def steady_chats(url: str, what: str) -> Iterator[tuple[Counter[int], list[bytes]]]:
+    """SPREAD_CONCURRENCY clients streaming chats through the gateway, back to back, until the block ends (at most
+    CHURN_MAX_PER_CLIENT each): the answers' codes, and the tails of those not 200 or not ending in [DONE]."""
     codes: Counter[int] = Counter()
     failures: list[bytes] = []
     stop = threading.Event()
@@ -369,7 +402,7 @@ def test_a_pod_leaving_and_joining_the_pool_loses_nothing(cluster, rt_ns, gatewa
         for i in range(CHURN_MAX_PER_CLIENT):
             if stop.is_set():
                 return
-            code, raw = _chat(gateway.url, f"{uuid.uuid4().hex} churn {c}.{i}", stream=True)
+            code, raw = _chat(url, f"{uuid.uuid4().hex} {what} {c}.{i}", stream=True)
             with lock:
                 codes[code] += 1
                 if code != 200 or not raw.rstrip().endswith(b"data: [DONE]"):
@@ -379,6 +412,19 @@ def test_a_pod_leaving_and_joining_the_pool_loses_nothing(cluster, rt_ns, gatewa
     for t in threads:
         t.start()
     try:
+        yield codes, failures
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+
+
+def test_a_pod_leaving_and_joining_the_pool_loses_nothing(cluster, rt_ns, gateway):
+    """Under steady chats through the gateway, one pod is deleted: it turns unready (preStop, drain) and leaves the
+    pool, its replacement joins once Ready and gets chats; every chat answers 200 (no retry anywhere)."""
+    pods = runtime_pods(cluster, rt_ns)
+    victim = pods[0]["metadata"]["name"]
+    with steady_chats(gateway.url, "churn") as (codes, failures):
         cluster.kubectl("delete", "pod", victim, "-n", rt_ns, "--wait=false")
 
         def replaced() -> list[dict]:
@@ -390,9 +436,69 @@ def test_a_pod_leaving_and_joining_the_pool_loses_nothing(cluster, rt_ns, gatewa
         fresh = cluster.wait_for(replaced, 180, "a Ready replacement")
         newcomer = next(p for p in fresh if p["metadata"]["name"] not in {q["metadata"]["name"] for q in pods})
         cluster.wait_for(lambda: requests_served(newcomer) > 0, 60, "the replacement to get chats")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
     print(f"chats during the churn: {dict(codes)}")
     assert not failures and set(codes) == {200}, (codes, failures[:3])
+
+
+def test_a_rollout_through_the_gateway_loses_nothing(cluster, rt_ns, gateway, rt_operator):
+    """A spec change that replaces every pod (one at a time, surge 1) under steady chats through the gateway: each
+    old pod drains out of the pool as its replacement joins; every chat answers 200 and ends in [DONE], and the
+    pool ends with every new pod."""
+    old_pods = {p["metadata"]["name"] for p in runtime_pods(cluster, rt_ns)}
+    generation = cluster.get("llmserving", NAME, rt_ns)["metadata"]["generation"]
+    last: list[object] = [None]
+
+    def rolled() -> bool:
+        st = status(cluster, rt_ns, NAME)
+        names = {p["metadata"]["name"] for p in runtime_pods(cluster, rt_ns)}
+        last[0] = (st.get("observedGeneration"), st.get("readyReplicas"), st.get("previous"), sorted(names))
+        return (
+            (st.get("observedGeneration") or 0) > generation
+            and st.get("readyReplicas") == REPLICAS
+            and not st.get("previous")
+            and len(names) == REPLICAS
+            and not names & old_pods
+        )
+
+    started = time.monotonic()
+    with steady_chats(gateway.url, "rollout") as (codes, failures):
+        patch = {"spec": {"scheduler": {"maxNumSeqs": 9}}}  # a runtime flag: a new pod template
+        cluster.kubectl("patch", "llmserving", NAME, "-n", rt_ns, "--type", "merge", "-p", json.dumps(patch))
+        try:
+            cluster.wait_for(rolled, ROLLOUT_WAIT_S, "the rollout")
+        except pytest.fail.Exception:
+            pytest.fail(f"rollout not done in {ROLLOUT_WAIT_S}s: {last[0]!r}\n{rt_operator.logs()[-3000:]}")
+        routed_to(cluster, rt_ns, NAME, REPLICAS, rt_operator)
+    print(f"chats during the rollout ({time.monotonic() - started:.0f} s): {dict(codes)}")
+    assert not failures and set(codes) == {200}, (codes, failures[:3])
+    assert sum(codes.values()) >= SPREAD_CONCURRENCY, codes
+
+
+def test_a_pool_deleted_by_hand_comes_back(cluster, rt_ns, gateway, rt_operator):
+    """The operator re-creates its InferencePool (a new object, owned again), status.routing counts its endpoints
+    again, and the gateway's picker, which watches the pool, routes through it."""
+    before = cluster.get("inferencepool", NAME, rt_ns)["metadata"]["uid"]
+    started = time.monotonic()
+    cluster.kubectl("delete", "inferencepool", NAME, "-n", rt_ns)
+
+    def recreated() -> str | None:
+        pool = cluster.get("inferencepool", NAME, rt_ns)
+        return pool["metadata"]["uid"] if pool and pool["metadata"]["uid"] != before else None
+
+    try:
+        cluster.wait_for(recreated, POOL_WAIT_S, "the InferencePool re-created")
+    except pytest.fail.Exception:
+        st = status(cluster, rt_ns, NAME).get("routing")
+        pytest.fail(f"no pool back in {POOL_WAIT_S}s; status.routing {st!r}\n{rt_operator.logs()[-3000:]}")
+    print(f"the pool came back in {time.monotonic() - started:.1f} s")
+    routed_to(cluster, rt_ns, NAME, REPLICAS, rt_operator)
+    last: list[object] = [None]
+
+    def through() -> bool:
+        last[0] = _chat(gateway.url, "after the pool came back", stream=False, timeout=30)
+        return last[0][0] == 200
+
+    try:
+        cluster.wait_for(through, POOL_WAIT_S, "a chat through the gateway after the pool came back")
+    except pytest.fail.Exception:
+        pytest.fail(f"no chat through the re-created pool: {last[0]!r}\n{gateway.logs(3000)}")
