@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the cluster's autoscaling add-ons from the Go module proxy, outside git, each binary only when missing:
 #   KEDA's operator and metrics API server (keda-adapter), with KEDA's CRDs and ClusterRole -> $KEDA_BIN_DIR
-#   Prometheus with Kubernetes service discovery                                              -> $PROM_BIN_DIR
+#   Prometheus with Kubernetes service discovery, and promtool (alert rule tests)           -> $PROM_BIN_DIR
 # (Debian's prometheus package is built without kubernetes_sd_configs, so it cannot discover pods.)
 # Each is built inside a copy of its own module so that its replace directives and go.sum apply.
 # Cold on 2 shared cores: ~1.5 GB of modules (every scaler's and every SD's cloud SDK), 10-20 min per binary
@@ -28,5 +28,12 @@ if [ ! -x "$PROM_BIN_DIR/prometheus" ]; then
   # No builtinassets tag: the web UI is not embedded (the HTTP API, all Prometheus needs here, is).
   ld="-s -w -X github.com/prometheus/common/version.Version=$PROM_VERSION -X github.com/prometheus/common/version.Branch=release"
   build "$PROM_BIN_DIR" prometheus ./cmd/prometheus "$ld"
+fi
+if [ ! -x "$PROM_BIN_DIR/promtool" ]; then
+  # promtool (`promtool test rules`: the chart's alerts are unit-tested against their own series, issue 41),
+  # from the same module copy and Go build cache as prometheus
+  src=$(module_src github.com/prometheus/prometheus "$PROM_MODULE_VERSION"); cd "$src"
+  ld="-s -w -X github.com/prometheus/common/version.Version=$PROM_VERSION -X github.com/prometheus/common/version.Branch=release"
+  build "$PROM_BIN_DIR" promtool ./cmd/promtool "$ld"
 fi
 log "KEDA $KEDA_VERSION in $KEDA_BIN_DIR, Prometheus $PROM_VERSION in $PROM_BIN_DIR"

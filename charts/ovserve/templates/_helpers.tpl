@@ -83,4 +83,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and .Values.metrics.runtimePodMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor")) -}}
 {{- fail "metrics.runtimePodMonitor.enabled=true needs the Prometheus Operator (monitoring.coreos.com/v1 PodMonitor) in the cluster" -}}
 {{- end -}}
+{{- if and .Values.metrics.prometheusRule.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule")) -}}
+{{- fail "metrics.prometheusRule.enabled=true needs the Prometheus Operator (monitoring.coreos.com/v1 PrometheusRule) in the cluster" -}}
+{{- end -}}
 {{- end -}}
