@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import decisions, isa, memguard, tuning
+from . import decisions, isa, memguard, startup, tuning
 from .engine import pages
 from .flags import RuntimeFlags, add_arguments, from_sources
 from .openai import assistant, thinking
@@ -161,14 +161,14 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
             **run_args.model_dump(include={f.name for f in dataclasses.fields(SchedulerOptions)})
         ),
     )
-    load_task = loop.run_in_executor(None, tasks.load_serving, opts, args, served)
+    load_task = loop.run_in_executor(None, startup.load, opts, args, report.versions, tasks.load_serving, args, served)
     stop_task = asyncio.ensure_future(stop.wait())
     await asyncio.wait([load_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
     if not load_task.done():  # stopped while loading
         await runner.cleanup()
         return 0, report
     try:
-        loaded = load_task.result()
+        loaded, started = load_task.result()
     except LoadFailure as f:
         task = getattr(f, "task", report.task)
         update = {"state": State.FAILED, "pipeline": f.report, "task": task}
@@ -229,6 +229,7 @@ async def serve(args: RuntimeFlags, served: str) -> tuple[int, RuntimeReport]:
         "task": loaded.task,
         "embeddings": loaded.embeddings,
         "capabilities": app.capabilities().model_copy(update={"task": loaded.task.resolved}),
+        "startup": started.model_copy(update={"totalSeconds": startup.process_age_s()}),
     }
     report = report.model_copy(update=update)
     app.set_report(report)

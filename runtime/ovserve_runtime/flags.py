@@ -547,6 +547,23 @@ class RuntimeFlags(BaseModel):
         le=3600,
         allow_inf_nan=False,
     )
+    cache_dir: str | None = _flag(
+        None,
+        Group.MODEL,
+        "DIR",
+        "root of OpenVINO's compiled-model cache: blobs go to a key directory per OpenVINO/openvino-genai version, "
+        "device, model digest and compile properties, reused by the next start (docs/startup.md)",
+        shown="none: off",
+    )
+    cache_max_gb: float = _flag(
+        20.0,
+        Group.MODEL,
+        "GB",
+        "bound of the --cache-dir root: least-recently-used key directories are removed after a start",
+        gt=0,
+        le=100000,
+        allow_inf_nan=False,
+    )
 
     @field_validator("pipeline_type", "device", "log_level", "embeddings_pooling", mode="before")
     @classmethod

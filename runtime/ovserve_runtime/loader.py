@@ -14,6 +14,7 @@ from .engine import EngineClient, EngineError, SchedulerOptions, construct_cb, c
 from .engine.inprocess import cb_client, legacy_client
 from .report import PipelineReport, PipelineType, Reason, SpeculativeReason, SpeculativeReport
 from .speculative import SpeculativeConfig
+from .startup import Phases
 
 log = logging.getLogger("ovserve.loader")
 
@@ -40,6 +41,7 @@ class LoadOptions:
     engine_process: bool = True
     observe: bool = True  # read the resolved settings back (observe.py) for the decisions record
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    phases: Phases = field(default_factory=Phases)  # the start phases this load times (startup.py)
 
 
 def available_devices() -> list[str]:
@@ -110,14 +112,15 @@ def load(opts: LoadOptions) -> tuple[EngineClient, PipelineReport, resolve.Layou
                 if predicted is None and resolve.classify_error(error or "") == Reason.PAGED_ATTENTION_NOT_SUPPORTED:
                     log.warning("structural check predicted CB support, construction disagreed")
             else:
-                log.info("ContinuousBatchingPipeline constructed in %.2fs", time.perf_counter() - t)
+                opts.phases.compile = time.perf_counter() - t
+                log.info("ContinuousBatchingPipeline constructed in %.2fs", opts.phases.compile)
                 report = resolve.cb_report(p)
                 engine.speculative = speculative.report(opts.speculative, *(problem or (None, "")))
                 if problem is None and spec is not None:
                     engine.set_speculation(spec.generation_fields(), spec.counted)
                 elif problem is not None:
                     log.warning("serving WITHOUT speculative decoding: %s: %s", problem[0], problem[1])
-                _prove(engine, report, requested)
+                _prove(engine, report, requested, opts.phases)
                 engine.observed = observe.observe(
                     probed,
                     asked_kv=opts.scheduler.kv_precision(),
@@ -139,13 +142,14 @@ def load(opts: LoadOptions) -> tuple[EngineClient, PipelineReport, resolve.Layou
     except Exception as exc:
         msg = resolve.load_failed_message(str(exc))
         raise LoadFailure(resolve.failed_report(requested, Reason.MODEL_LOAD_FAILED, msg)) from exc
-    log.info("legacy %s pipeline (SDPA) constructed in %.2fs", p.kind, time.perf_counter() - t)
+    opts.phases.compile = time.perf_counter() - t
+    log.info("legacy %s pipeline (SDPA) constructed in %.2fs", p.kind, opts.phases.compile)
     engine = legacy_client(pipe, p.kind)
     legacy_problem = _legacy_problem(opts)
     if legacy_problem is not None and opts.speculative.required:
         _refuse(requested, opts.speculative, legacy_problem)
     engine.speculative = speculative.report(opts.speculative, *(legacy_problem or (None, "")))
-    _prove(engine, report, requested)
+    _prove(engine, report, requested, opts.phases)
     engine.observed = observe.observe(probed)
     return engine, report, layout
 
@@ -234,7 +238,8 @@ def _probe(opts: LoadOptions, layout: resolve.Layout) -> observe.Probe | None:
     """The plugin's resolution for this model, device and properties (observe.py); None when it cannot be read
     (the decisions then say unknown; serving does not depend on it)."""
     t = time.perf_counter()
-    props = {**opts.properties, **opts.scheduler.properties()}
+    # the probe's small compiles stay out of the compiled-model cache (startup.py gives CACHE_DIR to pipelines)
+    props = {k: v for k, v in {**opts.properties, **opts.scheduler.properties()}.items() if k != "CACHE_DIR"}
     try:
         pr = observe.probe(Path(opts.model_path) / layout.language_xml, opts.device, props)
     except Exception as exc:
@@ -244,15 +249,19 @@ def _probe(opts: LoadOptions, layout: resolve.Layout) -> observe.Probe | None:
     return pr
 
 
-def _prove(engine: EngineClient, report: PipelineReport, requested: PipelineType) -> EngineClient:
-    engine.start()
+def _prove(
+    engine: EngineClient, report: PipelineReport, requested: PipelineType, phases: Phases | None = None
+) -> EngineClient:
     t = time.perf_counter()
+    engine.start()
     try:
         engine.smoke()
     except EngineError as exc:
         engine.stop()
         msg = resolve.load_failed_message(str(exc))
         raise LoadFailure(resolve.failed_report(requested, Reason.MODEL_LOAD_FAILED, msg)) from exc
+    if phases is not None:
+        phases.first_token = time.perf_counter() - t
     log.info("smoke generation ok in %.0f ms (%s)", (time.perf_counter() - t) * 1000, report.resolved)
     engine.token_table = TokenTable.build(engine.tokenizer)
     return engine

@@ -220,6 +220,36 @@ class Capabilities(BaseModel):
     )
 
 
+class CacheState(StrEnum):
+    """OpenVINO's compiled-model cache at this start (--cache-dir; docs/startup.md)."""
+
+    OFF = "off"  # no --cache-dir
+    HIT = "hit"  # the compiled blobs were loaded from the cache
+    MISS = "miss"  # compiled, and the blobs written for the next start
+    BYPASSED = "bypassed"  # the cache could not be used (unwritable, full, locked too long): compiled without it
+
+
+class StartupReport(BaseModel):
+    """How this pod started, in seconds per phase, and whether the compiled-model cache hit."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    weightsReadSeconds: float | None = Field(None, description="Reading the model's weight files from disk.")
+    compileSeconds: float | None = Field(
+        None, description="Constructing the pipeline: compiling, or loading the compiled blobs on a cache hit."
+    )
+    firstTokenSeconds: float | None = Field(None, description="The first generation (one token) after it.")
+    totalSeconds: float | None = Field(None, description="From the process start to ready.")
+    cache: CacheState = CacheState.OFF
+    cacheKey: str | None = Field(None, description="The key directory under the cache root.")
+    previousVersions: str | None = Field(
+        None,
+        description="On a miss: the OpenVINO / openvino-genai versions of an entry for the same model, device and "
+        "properties (a version change made it miss).",
+    )
+    message: str = Field("", description="Why the cache was bypassed or an entry not used.")
+
+
 class RuntimeReport(BaseModel):
     """GET /v1/status. `model` is the served model name, `device` the OpenVINO device (CPU, GPU)."""
 
@@ -235,6 +265,7 @@ class RuntimeReport(BaseModel):
     task: TaskReport = Field(default_factory=TaskReport)
     embeddings: EmbeddingsReport | None = None  # task embeddings only
     capabilities: Capabilities | None = Field(None, description="null until the model is loaded")
+    startup: StartupReport | None = Field(None, description="Start phases and the cache; null until ready.")
 
     def to_line(self, limit: int | None = None) -> str:
         """One JSON line, as written to stderr and the termination-message file (the decisions block, served at
@@ -271,6 +302,7 @@ class RuntimeReport(BaseModel):
 
 __all__ = [
     "CB_PIPELINES",
+    "CacheState",
     "Capabilities",
     "Decision",
     "Decisions",
@@ -283,6 +315,7 @@ __all__ = [
     "SpeculativeMode",
     "SpeculativeReason",
     "SpeculativeReport",
+    "StartupReport",
     "State",
     "Task",
     "TaskPipeline",

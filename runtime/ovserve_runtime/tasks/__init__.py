@@ -116,6 +116,8 @@ def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Lo
         raise
     except Exception as exc:
         raise _failed(flags, task, Reason.MODEL_LOAD_FAILED, str(exc).strip()) from exc
+    opts.phases.compile = time.perf_counter() - t
+    t_first = time.perf_counter()
     engine = service.engine
     engine.start()
     try:
@@ -123,6 +125,7 @@ def load_serving(opts: LoadOptions, flags: RuntimeFlags, served_name: str) -> Lo
     except EngineError as exc:
         engine.stop()
         raise _failed(flags, task, Reason.MODEL_LOAD_FAILED, str(exc)) from exc
+    opts.phases.first_token = time.perf_counter() - t_first
     log.info("%s pipeline constructed and proven in %.2fs", resolved, time.perf_counter() - t)
     pipeline = PipelineReport(
         requested=flags.pipeline_type,
