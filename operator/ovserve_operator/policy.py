@@ -53,6 +53,11 @@ def violations(spec: api.LLMServingSpec, settings: Settings) -> list[str]:
             "spec.speculative.draftModel.hostPath is denied: mounting host directories is off "
             "(operator setting OVSERVE_ALLOW_HOSTPATH, chart value policy.allowHostPath)"
         )
+    if spec.cache is not None and spec.cache.mode == api.CompileCacheMode.NODE and not settings.allow_host_path:
+        out.append(
+            "spec.cache.mode node is denied: it mounts a host directory and mounting host directories is off "
+            "(operator setting OVSERVE_ALLOW_HOSTPATH, chart value policy.allowHostPath)"
+        )
     if spec.image and spec.image != settings.runtime_image and not image_allowed(spec.image, settings.allowed_images):
         allowed = ", ".join(settings.allowed_images) or "none"
         out.append(

@@ -337,6 +337,13 @@ DECISION_CHANGED_EVENT = _r(
     "Warning: a resolved setting in status.decisions changed while what was asked stayed the same (an image "
     "upgrade, another node): old -> new",
 )
+COMPILE_CACHE_VERSION_MISS_EVENT = _r(
+    "CompileCacheVersionMiss",
+    "Event",
+    None,
+    "Warning: a pod's start missed the compiled-model cache while it held the model for other OpenVINO / "
+    "openvino-genai versions (an image upgrade: the next starts hit again); once per pod and versions",
+)
 
 _ALL_RUNTIME = {r.value for r in RuntimeReason}
 assert _ALL_RUNTIME <= set(REGISTRY), _ALL_RUNTIME - set(REGISTRY)

@@ -89,6 +89,11 @@ def draft_path(name: str) -> str:
 
 
 DRAFT_VOLUME = "draft-model"
+CACHE_VOLUME = "compile-cache"
+CACHE_MOUNT = "/var/cache/ovserve-compiled"
+# node mode: one directory per namespace under the operator's root; the kubelet expands $(VAR) in args, and the
+# runtime creates the directory itself (as its UID: a subPath would be created by the kubelet as root)
+NODE_CACHE_DIR = CACHE_MOUNT + "/$(POD_NAMESPACE)"
 DRAFT_INIT_CONTAINER_NAME = "draft-download"
 
 
@@ -155,6 +160,7 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
         "dynamic_quantization_group_size": spec.dynamicQuantizationGroupSize,
         **_eviction_flags(sched),
         **_speculative_flags(name, spec),
+        **_cache_flags(spec),
     }
     return RuntimeFlags(**{k: v for k, v in given.items() if v is not None})
 
@@ -170,6 +176,28 @@ def _eviction_flags(sched: api.SchedulerConfig) -> dict[str, Any]:
             cache_eviction_aggregation=ev.aggregation,
         )
     return out
+
+
+def _cache_flags(spec: api.LLMServingSpec) -> dict[str, Any]:
+    c = spec.cache
+    if c is None or c.mode == api.CompileCacheMode.OFF:
+        return {}
+    where = NODE_CACHE_DIR if c.mode == api.CompileCacheMode.NODE else CACHE_MOUNT
+    return {"cache_dir": where, "cache_max_gb": c.maxSizeGB}
+
+
+def cache_volume(spec: api.LLMServingSpec, settings: Settings) -> tuple[dict, dict, list[dict]] | None:
+    """(volume, mount, env to add) of spec.cache; None when off."""
+    c = spec.cache
+    if c is None or c.mode == api.CompileCacheMode.OFF:
+        return None
+    mount = {"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT}
+    if c.mode == api.CompileCacheMode.PVC:
+        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": c.claimName}}, mount, []
+    # Directory, not DirectoryOrCreate: the root is the operator's, provisioned writable for the runtime's UID
+    volume = {"name": CACHE_VOLUME, "hostPath": {"path": settings.cache_host_root, "type": "Directory"}}
+    env = [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+    return volume, mount, env
 
 
 def _speculative_flags(name: str, spec: api.LLMServingSpec) -> dict[str, Any]:
@@ -406,6 +434,10 @@ def pod_template(name: str, spec: api.LLMServingSpec, settings: Settings) -> dic
             pod_spec.setdefault("initContainers", []).append(
                 _download_init_container(name, spec, image, pull_policy, settings, draft_hf, draft=True)
             )
+    if (cache := cache_volume(spec, settings)) is not None:  # after everything else: other hashes unchanged
+        pod_spec["volumes"].append(cache[0])
+        container["volumeMounts"].append(cache[1])
+        container["env"].extend(cache[2])
     node_selector: dict[str, str] = {}
     if spec.device == api.Device.GPU:
         node_selector.update(settings.gpu_node_selector)

@@ -56,6 +56,7 @@ class PodFacts:
     oom_limit: str | None = None  # the memory limit, when the runtime was OOM-killed (podview.oom_killed)
     node_fault: str | None = None  # why its node cannot serve (nodes.fault): NotReady, unreachable, gone
     node: str = ""  # the node it is bound to
+    started: str = ""  # when its runtime container last started (RFC 3339), "" when not running
 
     @property
     def marked_not_ready(self) -> bool:

@@ -156,6 +156,14 @@ class Settings(BaseModel):
     allow_host_path: bool = _env(
         False, "OVSERVE_ALLOW_HOSTPATH", "tenant policy: allow `spec.model.hostPath`; denied specs read `PolicyDenied`"
     )
+    cache_host_root: str = _env(
+        "/var/cache/ovserve/compiled",
+        "OVSERVE_CACHE_HOST_ROOT",
+        "root of `spec.cache.mode: node` on the nodes (a hostPath mounted into the runtime pods; each namespace "
+        "caches in its own directory under it). It must exist on the nodes, writable by the runtime's UID 10001 "
+        "(e.g. mode 1777); the mode follows the tenant policy OVSERVE_ALLOW_HOSTPATH",
+        pattern=r"^/.+",
+    )
     allowed_images: tuple[str, ...] = _env(
         (),
         "OVSERVE_ALLOWED_IMAGES",

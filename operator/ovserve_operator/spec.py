@@ -610,6 +610,49 @@ class Routing(_Strict):
     )
 
 
+class CompileCacheMode(StrEnum):
+    OFF = "off"
+    NODE = "node"  # a directory of the node under the operator's root (OVSERVE_CACHE_HOST_ROOT)
+    PVC = "pvc"  # a PersistentVolumeClaim of the serving's namespace
+
+
+class CompileCache(_Strict):
+    """OpenVINO's compiled-model cache (docs/startup.md): a pod reuses what an earlier pod compiled for the same
+    OpenVINO and openvino-genai versions, device, model and compile properties."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.mode == 'pvc' ? has(self.claimName) : !has(self.claimName)",
+                    "message": "cache.claimName is set exactly when cache.mode is pvc",
+                }
+            ]
+        },
+    )
+
+    mode: CompileCacheMode = Field(
+        CompileCacheMode.OFF,
+        description="off; node: a directory of the node under the operator's cache root (shared by the pods of "
+        "the namespace on that node; tenant policy: OVSERVE_ALLOW_HOSTPATH); pvc: the claim `claimName`.",
+    )
+    claimName: str | None = Field(None, min_length=1, description="mode pvc: the PersistentVolumeClaim.")
+    maxSizeGB: float | None = Field(
+        None,
+        gt=0,
+        **flags.bounds("cache_max_gb"),
+        description="Bound of the cache directory: least-recently-used entries are removed after a start. "
+        "Default: the runtime's (--cache-max-gb).",
+    )
+
+    @model_validator(mode="after")
+    def _claim(self) -> CompileCache:
+        if (self.mode == CompileCacheMode.PVC) != (self.claimName is not None):
+            raise ValueError("cache.claimName is set exactly when cache.mode is pvc")
+        return self
+
+
 class EmbeddingsConfig(_Strict):
     """How an embeddings serving computes its vectors. Unset fields: the model's sentence-transformers config
     (modules.json, its Pooling module), else openvino-genai's defaults; status.embeddings says what resolved."""
@@ -807,6 +850,12 @@ class LLMServingSpec(_Strict):
         "instruction set where measured, else the plugin's; status.decisions.dynamicQuantization says what runs.",
     )
 
+    cache: CompileCache | None = Field(
+        None,
+        description="OpenVINO's compiled-model cache: off (default), node or pvc; status.startup says whether a "
+        "pod's start hit it.",
+    )
+
     @model_validator(mode="after")
     def _speculative_pipeline(self) -> LLMServingSpec:
         if self.speculative is not None and self.pipelineType not in (PipelineType.AUTO, PipelineType.LM_CB):
@@ -945,6 +994,26 @@ class RolloutStatus(BaseModel):
     message: str = Field("", description="Why, and how many slots are in use.")
 
 
+class StartupStatus(BaseModel):
+    """How the most recently started pod of the current spec started (its runtime report's `startup`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    pod: str = Field("", description="The pod whose start this is.")
+    weightsReadSeconds: float | None = Field(None, description="Reading the model's weight files.")
+    compileSeconds: float | None = Field(
+        None, description="Constructing the pipeline: compiling, or loading the compiled blobs on a cache hit."
+    )
+    firstTokenSeconds: float | None = Field(None, description="The first one-token generation after it.")
+    totalSeconds: float | None = Field(None, description="From the runtime process's start to ready.")
+    cache: str = Field("off", description="off, hit, miss or bypassed (the cache could not be used; message).")
+    previousVersions: str | None = Field(
+        None, description="A miss with an entry of other OpenVINO / openvino-genai versions: a version change."
+    )
+    message: str = Field("", description="Why the cache was bypassed or an entry not used.")
+    cacheHits: str = Field("", description="Current pods whose start hit the cache, of those that report one (k/n).")
+
+
 class LLMServingStatus(BaseModel):
     """Observed state, recomputed from the runtime pods and their reports (never latched)."""
 
@@ -1001,6 +1070,9 @@ class LLMServingStatus(BaseModel):
     )
     decisionsDiffer: str | None = Field(
         None, description="Pods of the current spec that resolved settings differently, and how; absent when none."
+    )
+    startup: StartupStatus | None = Field(
+        None, description="Start phases and the compiled-model cache of the newest start; absent until one reports."
     )
     conditions: list[Condition] = Field(
         default_factory=list,

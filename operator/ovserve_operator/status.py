@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ovserve_runtime import decisions as runtime_decisions
-from ovserve_runtime.report import CB_PIPELINES, Decisions
+from ovserve_runtime.report import CB_PIPELINES, CacheState, Decisions
 
 from . import drift, podview, render
 from . import nodes as nodeview
@@ -88,6 +88,7 @@ def pod_facts(
         init=podview.init_state(pod),
         mount_failure=mount_failure,
         oom_limit=podview.oom_killed(pod),
+        started=((podview.container_status(pod).get("state") or {}).get("running") or {}).get("startedAt") or "",
     )
 
 
@@ -213,6 +214,29 @@ def capabilities_status(f: Facts) -> Any:
     """status.capabilities: what the current spec's pods serve (the first by name that reports it)."""
     reports = sorted((p for p in f.current if p.report is not None), key=lambda p: p.name)
     return next((p.report.capabilities for p in reports if p.report.capabilities is not None), None)  # type: ignore[union-attr]
+
+
+def startup_status(f: Facts) -> api.StartupStatus | None:
+    """status.startup: the newest start among the current spec's pods that report one (by container start time,
+    then name), and how many of them hit the compiled-model cache."""
+    started = [p for p in f.current if p.report is not None and p.report.startup is not None]
+    if not started:
+        return None
+    newest = max(started, key=lambda p: (p.started, p.name))
+    st = newest.report.startup  # type: ignore[union-attr]
+    assert st is not None
+    hits = sum(1 for p in started if p.report.startup.cache == CacheState.HIT)  # type: ignore[union-attr]
+    return api.StartupStatus(
+        pod=newest.name,
+        weightsReadSeconds=st.weightsReadSeconds,
+        compileSeconds=st.compileSeconds,
+        firstTokenSeconds=st.firstTokenSeconds,
+        totalSeconds=st.totalSeconds,
+        cache=st.cache.value,
+        previousVersions=st.previousVersions,
+        message=st.message,
+        cacheHits=f"{hits}/{len(started)}",
+    )
 
 
 def previous_status(f: Facts) -> api.PreviousPods | None:
@@ -359,6 +383,7 @@ def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.dateti
         speculative=speculative,
         decisions=decided,
         decisionsDiffer=differ,
+        startup=startup_status(f),
         conditions=conditions,
     )
     status = typed.model_dump(mode="json")
@@ -504,6 +529,16 @@ def events_for(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[E
         changed = runtime_decisions.changes(Decisions.model_validate(old_d), Decisions.model_validate(new_d))
         if changed:
             events.append(Event("Warning", R.DECISION_CHANGED_EVENT, "; ".join(changed)[:1024]))
+    start_old, start_new = previous.get("startup") or {}, status.get("startup") or {}
+    if start_new.get("previousVersions") and (
+        start_new.get("pod"),
+        start_new.get("previousVersions"),
+    ) != (start_old.get("pod"), start_old.get("previousVersions")):
+        msg = (
+            f"pod {start_new.get('pod')} compiled the model again: the compiled-model cache holds it for "
+            f"{start_new.get('previousVersions')}, not for this image's versions (a version change)"
+        )
+        events.append(Event("Warning", R.COMPILE_CACHE_VERSION_MISS_EVENT, msg[:1024]))
     if (
         res_new.get("reason") == R.PODS_DISAGREE
         and _changed(res_old, res_new)
