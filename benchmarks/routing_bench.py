@@ -5,7 +5,8 @@ random pod) and through the local gateway (Envoy + GIE's endpoint picker: load- 
 
 Needs the local cluster up, the project image and `make routing`. It creates a namespace of its own, runs the
 operator as a local process watching it (like the e2e tests), an LLMServing of `--replicas` pods of `--model`
-(prefix caching on) and the InferencePool routing.py renders for it, then measures, one phase after the other:
+(prefix caching on) with spec.routing (the operator creates its InferencePool), then measures, one phase after
+the other:
 
   prefix-heavy  --prefixes long shared prefixes (a system prompt each, --prefix-words words), --per-prefix
                 requests each with a fresh question, shuffled; every phase has prefixes of its own (no cache
@@ -37,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ovserve_operator import render, routing  # noqa: E402
+from ovserve_operator import render  # noqa: E402
 
 from tests.conftest import BIN_DIR, MODELS_DIR, NETNS, STATE_DIR, Cluster, enter_netns, make_namespace  # noqa: E402
 from tests.operator.conftest import OperatorProcess  # noqa: E402
@@ -191,7 +192,8 @@ def main() -> int:
     os.environ["PATH"] = f"{BIN_DIR}:{os.environ['PATH']}"
     ns = make_namespace(cluster, "bench-routing")
     Path(f"/tmp/{ns}").mkdir(exist_ok=True)  # the operator's and the gateway's logs
-    op = OperatorProcess(ns, "op-bench", f"ovserve-bench-{uuid.uuid4().hex[:6]}", Path(f"/tmp/{ns}"), {})
+    env = {"OVSERVE_ROUTING": "true"}  # spec.routing allowed: the operator makes the pool
+    op = OperatorProcess(ns, "op-bench", f"ovserve-bench-{uuid.uuid4().hex[:6]}", Path(f"/tmp/{ns}"), env)
     gw = None
     try:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(routing_bin_dir() / "crds"))
@@ -201,16 +203,16 @@ def main() -> int:
                 "replicas": args.replicas,
                 "scheduler": {"maxNumSeqs": 8, "enablePrefixCaching": True},
                 "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}},  # the replicas share the node's cores
+                "routing": {},
             }
             cluster.apply(llms(NAME, spec), ns)
             cluster.wait_for(
                 lambda: status(cluster, ns, NAME).get("readyReplicas") == args.replicas, READY_TIMEOUT_S, "ready"
             )
-            uid = cluster.get("llmserving", NAME, ns)["metadata"]["uid"]
-            owner = routing.Owner(NAME, ns, render.labels(NAME), render.owner_reference(NAME, uid))
-            cluster.apply(
-                routing.render_inference_pool(owner, render.selector_labels(NAME), routing.RoutingParams(picker=False)),
-                ns,
+            cluster.wait_for(
+                lambda: (status(cluster, ns, NAME).get("routing") or {}).get("endpoints") == args.replicas,
+                60,
+                "the operator's InferencePool (status.routing)",
             )
             gw = Gateway(pool=NAME, namespace=ns, kubeconfig=cluster.kubeconfig, workdir=Path(f"/tmp/{ns}/gw")).start()
             service_ip = cluster.get("service", NAME, ns)["spec"]["clusterIP"]
