@@ -564,6 +564,25 @@ class RuntimeFlags(BaseModel):
         le=100000,
         allow_inf_nan=False,
     )
+    otlp_traces_endpoint: str | None = _flag(
+        None,
+        Group.SERVER,
+        "URL",
+        "OpenTelemetry tracing: send a span per API request (queue wait, preparation, generation; never prompt or "
+        "completion text) to this OTLP/HTTP collector, e.g. http://jaeger:4318 (docs/observability.md)",
+        shown="none: off",
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+    )
+    trace_sample_ratio: float = _flag(
+        1.0,
+        Group.SERVER,
+        "R",
+        "tracing: the share of requests without a sampled W3C traceparent that are traced (a client's or "
+        "gateway's sampling decision is always followed)",
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+    )
 
     @field_validator("pipeline_type", "device", "log_level", "embeddings_pooling", mode="before")
     @classmethod

@@ -16,6 +16,7 @@ metrics label) and implements `prepare(raw) -> (engine request, context)` and
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -29,10 +30,15 @@ from ..report import Task
 from .state import ServingState
 
 STREAMING = "ovserve.streaming"  # request key: set once an SSE response has been sent its headers
+log = logging.getLogger("ovserve.server")
 INLINE_BODY_BYTES = 16 * 1024  # a body this small is validated on the event loop (no pool round trip)
 
 
 REFUSAL = "ovserve.error"  # response key: the ApiError an error response answers (refusals.py logs and counts it)
+# request keys, kept for the request's trace (tracing.py) when tracing is on: (status, ApiError | None) as counted,
+# and (the engine request, the sibling's context) once prepared
+OUTCOME = "ovserve.outcome"
+PREPARED = "ovserve.prepared"
 
 
 def error_response(err: ApiError) -> web.Response:
@@ -100,27 +106,68 @@ class Serving:
     def observe(self, work: Any, context: Any) -> None:
         """After the request is counted: its metrics (tokens, latencies)."""
 
+    def trace_attributes(self, work: Any, context: Any) -> dict[str, Any]:
+        """The span attributes of a finished request's own (tokens, finish reason); never prompt or output text."""
+        return {}
+
     # --- the wrapper ---------------------------------------------------------------------------
-    def count(self, status: str | int, err: ApiError | None = None) -> None:
+    def count(self, status: str | int, err: ApiError | None = None, request: web.Request | None = None) -> None:
         m = self.state.metrics
         m.requests.labels(self.endpoint, str(status)).inc()
         if err is not None:
             m.errors.labels(self.endpoint, str(err.status), err.code or err.type).inc()
+        if request is not None:
+            request[OUTCOME] = (str(status), err)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        state = self.state
         arrived = time.monotonic()
+        tracer = self.state.tracer
+        if tracer is None:
+            return await self._handle(request, arrived)
+        try:
+            return await self._handle(request, arrived)
+        finally:
+            self._trace(tracer, request, arrived)
+
+    def _trace(self, tracer, request: web.Request, arrived: float) -> None:
+        """The spans of this request (tracing.py); a failure here is logged, never the request's."""
+        from ..tracing import Finished
+
+        try:
+            status, err = request.get(OUTCOME, ("499", None))  # not counted: cancelled before an answer
+            work, context = request.get(PREPARED, (None, None))
+            done = Finished(
+                endpoint=self.endpoint,
+                method=request.method,
+                path=request.path,
+                arrived=arrived,
+                ended=time.monotonic(),
+                status=status,
+                error_code=(err.code or err.type) if err is not None else None,
+                queued_at=getattr(work, "queued_at", None),
+                started_at=getattr(work, "started_at", None),
+                first_token_at=getattr(work, "first_token_at", None),
+                attributes=self.trace_attributes(work, context) if work is not None else {},
+            )
+            tracer.record(request.headers, done, self.state.report)
+        except Exception:
+            log.exception("recording a request's trace failed")
+
+    async def _handle(self, request: web.Request, arrived: float) -> web.StreamResponse:
+        state = self.state
         served = state.report.task.resolved
         if served is not None and served != self.task:  # e.g. /v3/embeddings on a text-generation serving
-            return error_response(wrong_task(served, request.path, self.task))
+            err = wrong_task(served, request.path, self.task)
+            request[OUTCOME] = (str(err.status), err)
+            return error_response(err)
         try:  # before admission: an upload in progress holds no place
             raw = await read_body(request, state.cfg.max_body_bytes, state.cfg.body_timeout_seconds)
         except ApiError as err:
-            self.count(err.status, err)
+            self.count(err.status, err, request)
             return error_response(err)
         if not state.admission.try_admit():
             err = state.queue_full()
-            self.count(429, err)
+            self.count(429, err, request)
             return error_response(err)
         try:
             return await self._admitted(request, raw, arrived)
@@ -132,8 +179,9 @@ class Serving:
         try:
             work, context = await self.prepare(raw)
         except ApiError as err:
-            self.count(err.status, err)
+            self.count(err.status, err, request)
             return error_response(err)
+        request[PREPARED] = (work, context)
         engine = state.engine
         work.loop = asyncio.get_running_loop()
         work.events = Events()
@@ -143,7 +191,7 @@ class Serving:
             engine.submit(work)
         except Exception as exc:
             err = ApiError(503, str(exc), "server_error", code="pipeline_failed")
-            self.count(503, err)
+            self.count(503, err, request)
             return error_response(err)
         state.drain.track(work)
         status, refused = "200", None
@@ -160,5 +208,5 @@ class Serving:
             self.finish(work)
             state.drain.untrack(work)
             engine.cancel(work)  # no-op when finished; frees the slot otherwise
-            self.count(status, refused)
+            self.count(status, refused, request)
             self.observe(work, context)

@@ -107,6 +107,13 @@ class GenerationServing(Serving):
     def observe(self, greq, context) -> None:
         self._observe(greq, context[1])
 
+    def trace_attributes(self, greq, context) -> dict:
+        # cached tokens are absent, not 0: openvino-genai reports no prefix-cache hits per request
+        out = {"gen_ai.usage.input_tokens": context[1], "gen_ai.usage.output_tokens": greq.generated}
+        if greq.finish:
+            out["gen_ai.response.finish_reasons"] = [greq.finish]
+        return out
+
     async def _answer(self, greq, plan, rid: str, prompt_tokens: int) -> dict:
         """The response body of one finished generation (not streamed)."""
         text, finish, logprobs = await collect(greq, self.state.engine.tokenizer)

@@ -28,6 +28,7 @@ from ..openai.grammar import Limits
 from ..openai.support import PipelineSupport
 from ..report import Capabilities, RuntimeReport, State
 from ..responsestore import ResponseStore
+from ..tracing import RequestTracer
 from .prepare import Context
 
 log = logging.getLogger("ovserve.server")
@@ -65,6 +66,8 @@ class ServerConfig:
     responses_store_bytes: int = default("responses_store_bytes")
     responses_store_ttl_seconds: float = default("responses_store_ttl_seconds")
     reasoning_parser: str = default("reasoning_parser")
+    otlp_traces_endpoint: str | None = default("otlp_traces_endpoint")  # None: tracing off
+    trace_sample_ratio: float = default("trace_sample_ratio")
 
     @classmethod
     def from_flags(cls, flags: RuntimeFlags, served_name: str) -> ServerConfig:
@@ -111,8 +114,15 @@ class ServingState:
             cfg.responses_store_entries, cfg.responses_store_bytes, cfg.responses_store_ttl_seconds
         )
         self.template_kwargs: dict = json.loads(cfg.chat_template_kwargs) if cfg.chat_template_kwargs else {}
+        self.tracer: RequestTracer | None = (
+            RequestTracer(cfg.otlp_traces_endpoint, cfg.trace_sample_ratio, cfg.served_name)
+            if cfg.otlp_traces_endpoint
+            else None
+        )
 
     def close(self) -> None:
+        if self.tracer is not None:
+            self.tracer.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.grammars.close()
         if self.encoder is not None:
