@@ -161,8 +161,16 @@ def runtime_flags(name: str, spec: api.LLMServingSpec, drain_timeout_s: int) -> 
         **_eviction_flags(sched),
         **_speculative_flags(name, spec),
         **_cache_flags(spec),
+        **_tracing_flags(spec),
     }
     return RuntimeFlags(**{k: v for k, v in given.items() if v is not None})
+
+
+def _tracing_flags(spec: api.LLMServingSpec) -> dict[str, Any]:
+    tracing = spec.observability.tracing if spec.observability is not None else None
+    if tracing is None:
+        return {}
+    return {"otlp_traces_endpoint": tracing.endpoint, "trace_sample_ratio": tracing.sampleRatio}
 
 
 def _eviction_flags(sched: api.SchedulerConfig) -> dict[str, Any]:

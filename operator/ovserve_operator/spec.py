@@ -653,6 +653,32 @@ class CompileCache(_Strict):
         return self
 
 
+class Tracing(_Strict):
+    """OpenTelemetry traces of the runtime's requests (docs/observability.md): a span per request with its
+    prepare, queue and generate steps, continuing a client's or gateway's W3C traceparent; never prompt or
+    completion text."""
+
+    endpoint: str = Field(
+        ...,
+        pattern=flags.OTLP_URL_PATTERN,
+        max_length=2048,
+        description="The OTLP/HTTP collector the runtime pods send spans to, e.g. "
+        "http://jaeger-collector.observability:4318 (posted to <endpoint>/v1/traces when it names no path).",
+    )
+    sampleRatio: float | None = Field(
+        None,
+        **flags.bounds("trace_sample_ratio"),
+        description="The share of requests without a sampled traceparent that are traced (a caller's sampling "
+        "decision is always followed). Default: the runtime's (1: every request).",
+    )
+
+
+class Observability(_Strict):
+    """What the runtime pods report beyond their metrics."""
+
+    tracing: Tracing | None = Field(None, description="OpenTelemetry tracing; unset: off.")
+
+
 class EmbeddingsConfig(_Strict):
     """How an embeddings serving computes its vectors. Unset fields: the model's sentence-transformers config
     (modules.json, its Pooling module), else openvino-genai's defaults; status.embeddings says what resolved."""
@@ -854,6 +880,9 @@ class LLMServingSpec(_Strict):
         None,
         description="OpenVINO's compiled-model cache: off (default), node or pvc; status.startup says whether a "
         "pod's start hit it.",
+    )
+    observability: Observability | None = Field(
+        None, description="Tracing of the runtime's requests (OpenTelemetry, OTLP/HTTP); metrics are always on."
     )
 
     @model_validator(mode="after")

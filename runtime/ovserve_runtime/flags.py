@@ -21,6 +21,7 @@ from . import docblock, endpoints, sources
 from .report import PipelineType, Task
 
 ENV_PREFIX = "OVSERVE_"
+OTLP_URL_PATTERN = r"^https?://[^\s/]+(/\S*)?$"  # --otlp-traces-endpoint (and the CRD field that sets it)
 
 
 class Group(StrEnum):
@@ -571,7 +572,7 @@ class RuntimeFlags(BaseModel):
         "OpenTelemetry tracing: send a span per API request (queue wait, preparation, generation; never prompt or "
         "completion text) to this OTLP/HTTP collector, e.g. http://jaeger:4318 (docs/observability.md)",
         shown="none: off",
-        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        pattern=OTLP_URL_PATTERN,
     )
     trace_sample_ratio: float = _flag(
         1.0,
