@@ -325,7 +325,13 @@ scrape_configs:
   - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
   - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
   - {source_labels: [__meta_kubernetes_pod_label_ovserve_dev_llmserving], target_label: ovserve_dev_llmserving}
+# Processes of this network namespace that are no pods: the routing tests' local endpoint pickers (scale to
+# zero: their held-request gauge activates KEDA). A test writes one JSON file per picker here, with the
+# namespace label of its pool.
+- job_name: ovserve-gateway
+  file_sd_configs: [{files: ["$ST/prometheus-targets/*.json"], refresh_interval: 5s}]
 C
+  mkdir -p "$ST/prometheus-targets"
 }
 
 # The metrics API server runs on the node address: a selector-less Service whose endpoint is that address.
@@ -379,6 +385,8 @@ autoscaling() {
       apiservice_manifest | $IN $KC apply --server-side --force-conflicts -f - >/dev/null
       $IN $KC wait --for condition=Established crd/scaledobjects.keda.sh --timeout=60s >/dev/null
       write_prometheus_config
+      # a running Prometheus (an earlier `on`) reads the config again
+      if alive prometheus; then kill -HUP "$(cat "$ST/prometheus.pid")"; fi
       mkdir -p "$ST/prometheus"
       start prometheus "$PROM_BIN_DIR/prometheus" --config.file "$ST/prometheus.yml" --storage.tsdb.path "$ST/prometheus" \
         --storage.tsdb.retention.time 6h --web.listen-address "$IP:$PROM_PORT" --log.level warn

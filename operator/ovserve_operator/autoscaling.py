@@ -36,6 +36,7 @@ SCALED_OBJECT_PENDING = "ScaledObjectPending"  # applied; KEDA has not reported 
 SCALED_OBJECT_NOT_READY = "ScaledObjectNotReady"  # KEDA says the ScaledObject is not ready (its message follows)
 WAITING_FOR_HPA = "WaitingForHPA"  # the ScaledObject is ready; its HPA has not computed a scale yet
 METRIC_NOT_EXPORTED = "MetricNotExported"  # what the pods resolved never moves the metric (metric_unavailable)
+IDLE_AT_ZERO = "IdleAtZero"  # minReplicas 0: KEDA took the last replica away; it brings one back on demand
 
 _REASON_RE = re.compile(api.REASON_PATTERN)
 
@@ -72,6 +73,7 @@ class ScalerFacts:
     scaled_object: Mapping[str, Any] | None
     hpa: Mapping[str, Any] | None
     metric_unavailable: str | None = None  # metric_unavailable(spec, the computed status)
+    min_replicas: int = 1  # spec.autoscaling.minReplicas
 
     @property
     def so_ready(self) -> Mapping[str, Any]:
@@ -119,6 +121,14 @@ def hpa_absent(s: ScalerFacts) -> Finding | None:
     return WAITING_FOR_HPA, f"waiting for KEDA's HPA {hpa_name(_name(s.scaled_object))}"
 
 
+def idle_at_zero(s: ScalerFacts) -> Finding | None:
+    """At zero by KEDA's choice: the HPA says ScalingActive False (it does not scale a target at zero), which is
+    the plan here, not a fault."""
+    if s.min_replicas != 0 or s.replicas != 0:
+        return None
+    return IDLE_AT_ZERO, "scaled to zero after the idle window; a request held at the gateway brings a replica back"
+
+
 def scaling_inactive(s: ScalerFacts) -> Finding | None:
     active = s.hpa_cond("ScalingActive")
     if active.get("status") != "False":
@@ -154,6 +164,7 @@ AUTOSCALING_CHAIN: rules.ChainOf[ScalerFacts] = (
     (rules.UNKNOWN, scaled_object_absent),
     (rules.FALSE, scaled_object_not_ready),
     (rules.UNKNOWN, keda_not_reporting),
+    (rules.TRUE, idle_at_zero),
     (rules.UNKNOWN, hpa_absent),
     (rules.FALSE, scaling_inactive),
     (rules.UNKNOWN, hpa_not_computed),
@@ -177,7 +188,7 @@ def autoscaling_status(
     if a is None:
         return AutoscalingState(None, None)
     unavailable = metric_unavailable(spec, resolved or {})
-    facts = ScalerFacts(spec.replicas, keda_installed, apply_error, scaled_object, hpa, unavailable)
+    facts = ScalerFacts(spec.replicas, keda_installed, apply_error, scaled_object, hpa, unavailable, a.minReplicas)
     status, reason, message = rules.evaluate(AUTOSCALING_CHAIN, facts)
     cond = (status.value, reason, message)
     # the HPA's figures, once the chain got as far as reading it

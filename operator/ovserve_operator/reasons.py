@@ -91,7 +91,20 @@ NAMESPACE_READABLE_EVENT = _r(
 FAILED_CREATE = _r(
     "FailedCreate", "Ready", FAILED, "the Deployment cannot create pods (admission, quota): the Deployment's message"
 )
-SCALED_TO_ZERO = _r("ScaledToZero", "Ready", PENDING, "spec.replicas is 0")
+SCALED_TO_ZERO = _r(
+    "ScaledToZero",
+    "Ready",
+    Phase.SCALED_TO_ZERO,
+    "no replica by intent: spec.replicas is 0, or KEDA took the last one away after autoscaling.idleSeconds without "
+    "demand (minReplicas 0); the gateway holds the next request and KEDA brings a replica back for it",
+)
+ACTIVATING = _r(
+    "Activating",
+    "Ready",
+    Phase.ACTIVATING,
+    "demand reached a serving scaled to zero: KEDA brought a replica back and it is starting; the gateway holds the "
+    "requests until it is Ready (a failure of the starting pod is named instead)",
+)
 PODS_NOT_CREATED = _r("PodsNotCreated", "Ready", PENDING, "no pod of the current spec exists yet")
 UNSCHEDULABLE = _r("Unschedulable", "Ready", PENDING, "the scheduler places no pod: its message (e.g. no GPU node)")
 

@@ -566,7 +566,8 @@ def render_scaled_object(
     if spec.autoscaling is None:
         return None
     metadata = _metadata(name, namespace, uid)
-    return scaledobject.render_scaled_object(name, namespace, spec.autoscaling, prometheus_url, metadata)
+    hold_pool = routing.pool_name(name) if routing.enabled(spec) else None
+    return scaledobject.render_scaled_object(name, namespace, spec.autoscaling, prometheus_url, metadata, hold_pool)
 
 
 def render_inference_pool(name: str, namespace: str, uid: str, spec: api.LLMServingSpec) -> dict[str, Any] | None:

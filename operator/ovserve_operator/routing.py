@@ -43,6 +43,14 @@ PICKER_CONFIG_API_VERSION = f"{OBJECTIVE_GROUP}/v1alpha1"
 GIE_VERSION = "v1.5.0"
 DEFAULT_PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{GIE_VERSION}"
 
+# Scale to zero (docs/autoscaling.md): the picker's flow control (feature gate `flowControl`) holds a request while
+# the pool has no pod that can take it (an empty pool counts as saturated), up to HOLD_SECONDS, and exports how many
+# it holds per pool: KEDA's trigger counts them to bring a replica back.
+FLOW_CONTROL_GATE = "flowControl"
+HELD_METRIC = "inference_extension_flow_control_queue_size"
+HELD_POOL_LABEL = "inference_pool"
+HOLD_SECONDS = 180  # a cold start of a large model on CPU, plus KEDA's poll and Prometheus's scrape
+
 # The engine type the picker selects its metric mapping by (a pod label the EPP reads).
 ENGINE_TYPE_LABEL = f"{POOL_GROUP}/engine-type"
 ENGINE_TYPE = "openvino"
@@ -100,6 +108,7 @@ class RoutingParams:
     picker_image: str = DEFAULT_PICKER_IMAGE
     failure_mode: FailureMode = FailureMode.FAIL_OPEN
     picker_resources: dict[str, Any] = field(default_factory=dict)
+    hold_seconds: int | None = None  # the serving scales to zero: the picker holds requests (flow control)
 
 
 def pool_name(name: str) -> str:
@@ -132,16 +141,17 @@ def engine_config() -> dict[str, Any]:
     }
 
 
-def picker_config() -> dict[str, Any]:
+def picker_config(hold_seconds: int | None = None) -> dict[str, Any]:
     """The EndpointPickerConfig: GIE's default scheduling profile (queue, KV-cache utilization and prefix-cache
     scorers with its weights) over metrics scraped from /metrics with the `openvino` mapping, the default engine
-    for unlabelled pods too."""
+    for unlabelled pods too. `hold_seconds` (a serving that scales to zero): flow control on, holding a request that
+    no pod can take for at most that long."""
     extractor = {
         "engineLabelKey": ENGINE_TYPE_LABEL,
         "defaultEngine": ENGINE_TYPE,
         "engineConfigs": [engine_config()],
     }
-    return {
+    config: dict[str, Any] = {
         "apiVersion": PICKER_CONFIG_API_VERSION,
         "kind": "EndpointPickerConfig",
         "plugins": [
@@ -165,11 +175,15 @@ def picker_config() -> dict[str, Any]:
             }
         ],
     }
+    if hold_seconds is not None:
+        config["featureGates"] = [FLOW_CONTROL_GATE]
+        config["flowControl"] = {"defaultRequestTTL": f"{hold_seconds}s"}
+    return config
 
 
-def picker_config_text() -> str:
+def picker_config_text(hold_seconds: int | None = None) -> str:
     """The config file's text (JSON, which the EPP's YAML loader reads), stable for a stable config."""
-    return json.dumps(picker_config(), indent=2) + "\n"
+    return json.dumps(picker_config(hold_seconds), indent=2) + "\n"
 
 
 def _metadata(owner: Owner, name: str, component: str | None = None) -> dict[str, Any]:
@@ -203,12 +217,12 @@ def render_inference_pool(owner: Owner, selector: dict[str, str], params: Routin
     }
 
 
-def render_picker_config_map(owner: Owner) -> dict[str, Any]:
+def render_picker_config_map(owner: Owner, hold_seconds: int | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(owner, picker_name(owner.name), PICKER_COMPONENT),
-        "data": {PICKER_CONFIG_FILE: picker_config_text()},
+        "data": {PICKER_CONFIG_FILE: picker_config_text(hold_seconds)},
     }
 
 
@@ -377,7 +391,7 @@ def render_routing(owner: Owner, selector: dict[str, str], params: RoutingParams
             render_picker_service_account(owner),
             render_picker_role(owner),
             render_picker_role_binding(owner),
-            render_picker_config_map(owner),
+            render_picker_config_map(owner, params.hold_seconds),
             render_picker_deployment(owner, params),
             render_picker_service(owner),
         ]
@@ -396,7 +410,8 @@ def params(spec: api.LLMServingSpec) -> RoutingParams:
     """What spec.routing asks, for the renderers. The picker is not run by the operator (yet): the pool names
     `<name>-epp`, which a platform's own EPP serves (docs/routing.md)."""
     failure = spec.routing.failureMode if spec.routing is not None else api.RoutingFailureMode.FAIL_OPEN
-    return RoutingParams(picker=False, failure_mode=FailureMode(failure.value))
+    hold = HOLD_SECONDS if spec.scales_to_zero else None
+    return RoutingParams(picker=False, failure_mode=FailureMode(failure.value), hold_seconds=hold)
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:

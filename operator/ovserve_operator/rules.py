@@ -125,6 +125,11 @@ class Facts:
     missing_children: tuple[str, ...] = ()  # kinds of children deleted by hand, not re-created yet
     # terminating pods that a node fault or a drain took off their node: (pod name, why: nodes.eviction)
     evicted: tuple[tuple[str, str], ...] = ()
+    was_idle: bool = False  # the last status read ScaledToZero or Activating: a start now is an activation
+
+    @property
+    def scales_to_zero(self) -> bool:
+        return self.spec is not None and self.spec.scales_to_zero
 
     @property
     def current(self) -> list[PodFacts]:
@@ -189,7 +194,8 @@ class Facts:
         """Why no current pod says its pipeline yet (reason of PipelineResolved/Fallback Unknown): the
         Ready reason when it names a Pending or Failed cause, else Loading."""
         _, reason, _ = evaluate(READY_CHAIN, self)
-        return reason if R.phase_of("False", reason) in (api.Phase.PENDING, api.Phase.FAILED) else R.LOADING_REASON
+        said = (api.Phase.PENDING, api.Phase.FAILED, api.Phase.SCALED_TO_ZERO, api.Phase.ACTIVATING)
+        return reason if R.phase_of("False", reason) in said else R.LOADING_REASON
 
 
 def _ts(t: dt.datetime) -> str:
@@ -235,7 +241,28 @@ def child_missing(f: Facts) -> Finding | None:
 
 
 def scaled_to_zero(f: Facts) -> Finding | None:
-    return (R.SCALED_TO_ZERO, "spec.replicas is 0") if f.desired == 0 else None
+    if f.desired != 0:
+        return None
+    if not f.scales_to_zero:
+        return R.SCALED_TO_ZERO, "spec.replicas is 0"
+    idle = f.spec.autoscaling.idleSeconds if f.spec and f.spec.autoscaling else 0
+    return (
+        R.SCALED_TO_ZERO,
+        f"idle: KEDA scaled it to zero after {idle}s without demand (autoscaling.minReplicas 0); the gateway holds "
+        "the next request and KEDA brings a replica back for it",
+    )
+
+
+def activating(f: Facts) -> Finding | None:
+    """A serving that was at zero starts its first replica again: Activating, not Loading (the earlier rules name a
+    failure of the starting pod)."""
+    if not (f.scales_to_zero and f.was_idle and f.ready_replicas == 0 and f.desired > 0):
+        return None
+    return (
+        R.ACTIVATING,
+        f"demand at zero replicas: KEDA scaled to {f.desired}; 0/{f.desired} replicas ready, the gateway holds the "
+        "requests until one is",
+    )
 
 
 def failure_of(f: Facts, p: PodFacts) -> Finding | None:
@@ -462,6 +489,7 @@ READY_CHAIN: Chain = (
     (FALSE, init_broken),
     (FALSE, container_broken),
     (TRUE, all_ready),
+    (FALSE, activating),
     (FALSE, rescheduled),
     (UNKNOWN, readback_failed),
     (FALSE, pods_refused),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import routing
 from . import spec as api
 
 API_VERSION = "keda.sh/v1alpha1"
@@ -37,17 +38,42 @@ def hpa_name(name: str) -> str:
     return f"keda-hpa-{scaled_object_name(name)}"
 
 
-def query(metric: api.AutoscalingMetric, namespace: str, name: str) -> str:
-    """PromQL: the metric summed over the LLMServing's runtime pods (names are DNS labels: no escaping needed)."""
-    return f'sum({SERIES[metric]}{{namespace="{namespace}",{SERIES_LABEL}="{name}"}})'
+# Scale to zero: any demand adds this much to the trigger's value. KEDA counts a trigger above 0 as active (it brings
+# the first replica back, and keeps the last one while requests run); the HPA's replica count, ceil(value / target),
+# is then at least 1 and otherwise the metric's own.
+DEMAND_EPSILON = 0.001
+
+
+def _series(metric: str, namespace: str, name: str) -> str:
+    return f'sum({metric}{{namespace="{namespace}",{SERIES_LABEL}="{name}"}})'
+
+
+def query(metric: api.AutoscalingMetric, namespace: str, name: str, hold_pool: str | None = None) -> str:
+    """PromQL: the metric summed over the LLMServing's runtime pods (names are DNS labels: no escaping needed).
+    `hold_pool` (minReplicas 0): plus DEMAND_EPSILON while any request is held by the pool's picker, queued or
+    running, so that a held request activates KEDA with no pod to measure and a running one keeps the last pod."""
+    main = _series(SERIES[metric], namespace, name)
+    if hold_pool is None:
+        return main
+    held = f'sum({routing.HELD_METRIC}{{namespace="{namespace}",{routing.HELD_POOL_LABEL}="{hold_pool}"}})'
+    queued = _series(SERIES[api.AutoscalingMetric.QueueDepth], namespace, name)
+    running = _series(SERIES[api.AutoscalingMetric.RunningRequests], namespace, name)
+    demand = " + ".join(f"({q} or vector(0))" for q in (held, queued, running))
+    return f"({main} or vector(0)) + {DEMAND_EPSILON:g} * clamp_max({demand}, 1)"
 
 
 def render_scaled_object(
-    name: str, namespace: str, autoscaling: api.Autoscaling, prometheus_url: str, metadata: dict[str, Any]
+    name: str,
+    namespace: str,
+    autoscaling: api.Autoscaling,
+    prometheus_url: str,
+    metadata: dict[str, Any],
+    hold_pool: str | None = None,
 ) -> dict[str, Any]:
-    """The ScaledObject for `autoscaling` (metadata, with its owner reference, from render.py)."""
+    """The ScaledObject for `autoscaling` (metadata, with its owner reference, from render.py). minReplicas 0 needs
+    `hold_pool`, the InferencePool whose picker holds the requests while no pod runs (query)."""
     a = autoscaling
-    return {
+    so: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {**metadata, "name": scaled_object_name(name)},
@@ -69,7 +95,7 @@ def render_scaled_object(
                     "metricType": "AverageValue",
                     "metadata": {
                         "serverAddress": prometheus_url,
-                        "query": query(a.metric, namespace, name),
+                        "query": query(a.metric, namespace, name, hold_pool if a.minReplicas == 0 else None),
                         "threshold": f"{a.target:g}",
                         # no series yet (no pod scraped): 0, not an error
                         "ignoreNullValues": "true",
@@ -78,10 +104,17 @@ def render_scaled_object(
             ],
         },
     }
+    if a.minReplicas == 0:
+        # idle this long (no trigger active): the last replica goes; a new serving first stays up as long (its
+        # pod loads and says what it runs before the first scale to zero)
+        so["spec"]["cooldownPeriod"] = a.idleSeconds
+        so["spec"]["initialCooldownPeriod"] = a.idleSeconds
+    return so
 
 
 __all__ = [
     "API_VERSION",
+    "DEMAND_EPSILON",
     "GROUP",
     "KIND",
     "PLURAL",

@@ -50,6 +50,8 @@ class Phase(StrEnum):
     READY = "Ready"
     DEGRADED = "Degraded"  # serving with fewer replicas: some pods of the current spec fail
     FAILED = "Failed"
+    SCALED_TO_ZERO = "ScaledToZero"  # no replica by intent (spec.replicas 0, or idle with autoscaling.minReplicas 0)
+    ACTIVATING = "Activating"  # demand brought a serving at zero back: its first replica is starting
 
 
 class ConditionStatus(StrEnum):
@@ -396,7 +398,14 @@ class Autoscaling(_Strict):
         }
     )
 
-    minReplicas: int = Field(1, ge=1, le=1000, description="Fewest replicas (>= 1: no scale to zero).")
+    minReplicas: int = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="Fewest replicas. 0: scale to zero after idleSeconds without demand; needs spec.routing (the "
+        "gateway holds requests while no pod runs, and its held requests bring a replica back; "
+        "docs/autoscaling.md).",
+    )
     maxReplicas: int = Field(..., ge=1, le=1000, description="Most replicas.")
     metric: AutoscalingMetric = Field(
         AutoscalingMetric.QueueDepth,
@@ -415,6 +424,13 @@ class Autoscaling(_Strict):
         le=3600,
         description="Cooldown before scaling down: the HPA's scale-down stabilization window.",
     )
+    idleSeconds: int = Field(
+        300,
+        ge=0,
+        le=86400,
+        description="With minReplicas 0: seconds without demand (no request held, queued or running) before the "
+        "last replica goes (KEDA's cooldownPeriod).",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Autoscaling:
@@ -425,6 +441,11 @@ class Autoscaling(_Strict):
             raise ValueError("a KVCacheUsage target is a percentage: at most 100")
         return self
 
+
+SCALE_TO_ZERO_NEEDS_ROUTING = (
+    "autoscaling.minReplicas 0 needs spec.routing: with no pod, only the gateway can hold a request until KEDA "
+    "brings a replica back (a Service would refuse it)"
+)
 
 INT_OR_PERCENT_PATTERN = r"^([0-9]+|[0-9]+%)$"
 _INT_OR_PERCENT = {
@@ -754,6 +775,12 @@ class LLMServingSpec(_Strict):
                     "transcription on "
                     "QueueDepth or RunningRequests",
                 },
+                {
+                    "rule": "!has(self.autoscaling) || !has(self.autoscaling.minReplicas) || "
+                    "self.autoscaling.minReplicas > 0 || "
+                    "(has(self.routing) && (!has(self.routing.enabled) || self.routing.enabled))",
+                    "message": SCALE_TO_ZERO_NEEDS_ROUTING,
+                },
                 *_SPEC_RULES,
             ]
         },
@@ -855,7 +882,14 @@ class LLMServingSpec(_Strict):
             raise ValueError(
                 "KVCacheUsage is a text-generation metric: autoscale embeddings, rerank and transcription on QueueDepth"
             )
+        if self.scales_to_zero and not (self.routing is not None and self.routing.enabled):
+            raise ValueError(SCALE_TO_ZERO_NEEDS_ROUTING)
         return self
+
+    @property
+    def scales_to_zero(self) -> bool:
+        """autoscaling.minReplicas 0: KEDA takes the last replica away when idle."""
+        return self.autoscaling is not None and self.autoscaling.minReplicas == 0
 
     speculative: Speculative | None = Field(
         None, description="Speculative decoding: a draft model or prompt lookup (LM_CB only; docs/operator.md)."

@@ -334,6 +334,8 @@ def derive_phase(conditions: Sequence[Mapping[str, Any]]) -> api.Phase:
 def compute_from(f: Facts, *, previous: Mapping[str, Any] | None, now: dt.datetime) -> Result:
     """The whole status for `f` (pure)."""
     previous = previous or {}
+    if f.scales_to_zero and previous.get("phase") in (api.Phase.SCALED_TO_ZERO, api.Phase.ACTIVATING):
+        f = dataclasses.replace(f, was_idle=True)  # a start now is an activation (rules.activating)
     stamp = timestamp(now)
     prev_pods = previous_status(f)
     conditions = []
@@ -517,6 +519,8 @@ def events_for(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[E
             events.append(Event("Normal", R.READY_EVENT, msg))
         elif reason in _WARN_READY:
             events.append(Event("Warning", reason, ready_new.get("message", "")[:1024]))
+        elif reason in (R.SCALED_TO_ZERO, R.ACTIVATING):  # by intent or by demand: news, not a warning
+            events.append(Event("Normal", reason, ready_new.get("message", "")[:1024]))
     sp_old, sp_new = _cond(previous, R.SPECULATIVE_CONDITION), _cond(status, R.SPECULATIVE_CONDITION)
     if sp_new.get("status") == "False" and _changed(sp_old, sp_new):
         msg = f"{sp_new.get('reason')}: {sp_new.get('message', '')}"

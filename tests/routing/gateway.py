@@ -177,6 +177,8 @@ class Gateway:
     picker_port: int = field(default_factory=free_port)
     picker_health_port: int = field(default_factory=free_port)
     picker_metrics_port: int = field(default_factory=free_port)
+    hold_seconds: int | None = None  # a pool that scales to zero: the picker holds requests (flow control)
+    targets_dir: Path | None = None  # Prometheus's file_sd directory: the picker registers there when set
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -207,7 +209,7 @@ class Gateway:
 
     def start(self) -> Gateway:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.workdir / routing.PICKER_CONFIG_FILE).write_text(routing.picker_config_text())
+        (self.workdir / routing.PICKER_CONFIG_FILE).write_text(routing.picker_config_text(self.hold_seconds))
         envoy_yaml = self.workdir / "envoy.json"
         envoy_yaml.write_text(json.dumps(envoy_config(self.listen_port, self.admin_port, self.picker_port)))
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "NAMESPACE": self.namespace, "POD_NAME": "epp-local"}
@@ -229,7 +231,22 @@ class Gateway:
             ]
             self.procs.append(subprocess.Popen(envoy, stdout=log, stderr=log))
         self._wait_admin()
+        if self.targets_dir is not None:
+            self._register()
         return self
+
+    @property
+    def _target_file(self) -> Path:
+        assert self.targets_dir is not None
+        return self.targets_dir / f"epp-{self.namespace}-{self.pool}.json"
+
+    def _register(self) -> None:
+        """Prometheus scrapes the picker's metrics (its held requests: KEDA's activation), labelled with the pool's
+        namespace as a picker pod's would be; written whole, then renamed, so Prometheus never reads half a file."""
+        target = [{"targets": [f"127.0.0.1:{self.picker_metrics_port}"], "labels": {"namespace": self.namespace}}]
+        tmp = self._target_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(target))
+        tmp.rename(self._target_file)
 
     def _wait_admin(self) -> None:
         """Until Envoy is ready and the picker listens for ext_proc; a process that exits fails at once."""
@@ -262,6 +279,8 @@ class Gateway:
         return "\n".join(parts)
 
     def stop(self) -> None:
+        if self.targets_dir is not None:
+            self._target_file.unlink(missing_ok=True)
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()

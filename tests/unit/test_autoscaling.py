@@ -27,7 +27,8 @@ def _spec(**autoscaling_fields) -> api.LLMServingSpec:
         ({"maxReplicas": 3, "target": 2}, None),
         ({"minReplicas": 3, "maxReplicas": 3, "target": 0.5}, None),
         ({"minReplicas": 4, "maxReplicas": 3, "target": 2}, "minReplicas must be <= autoscaling.maxReplicas"),
-        ({"minReplicas": 0, "maxReplicas": 3, "target": 2}, "greater than or equal to 1"),
+        ({"minReplicas": 0, "maxReplicas": 3, "target": 2}, "minReplicas 0 needs spec.routing"),
+        ({"minReplicas": -1, "maxReplicas": 3, "target": 2}, "greater than or equal to 0"),
         ({"maxReplicas": 3, "target": 0}, "greater than 0"),
         ({"maxReplicas": 3, "target": 2, "metric": "GPUUtilization"}, "Input should be"),
         ({"maxReplicas": 3, "target": 101, "metric": "KVCacheUsage"}, "at most 100"),
@@ -51,7 +52,7 @@ def test_crd_carries_the_cel_rules_and_defaults():
     rules = [v["rule"] for v in schema["x-kubernetes-validations"]]
     assert "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas" in rules
     props = schema["properties"]
-    assert props["minReplicas"]["minimum"] == 1 and props["minReplicas"]["default"] == 1
+    assert props["minReplicas"]["minimum"] == 0 and props["minReplicas"]["default"] == 1
     assert props["metric"]["enum"] == ["QueueDepth", "RunningRequests", "KVCacheUsage"]
     # OpenAPI v3.0 spelling of gt=0 (a numeric exclusiveMinimum is refused by the apiserver)
     assert props["target"]["exclusiveMinimum"] is True and props["target"]["minimum"] == 0

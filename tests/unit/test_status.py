@@ -72,7 +72,7 @@ CASES = [
         {},
         "AUTO",
         0,
-        "Pending",
+        "ScaledToZero",
         ("False", "ScaledToZero"),
         ("Unknown", "ScaledToZero"),
         ("Unknown", "ScaledToZero"),
