@@ -1,0 +1,138 @@
+"""Tracing end to end on the real cluster: Jaeger 1.75.0 (all-in-one, built from the Go module proxy by
+hack/build-jaeger.sh) runs as a local process in the cluster's network namespace, on the node address the pods
+reach; an LLMServing with spec.observability.tracing pointing at its OTLP/HTTP receiver; a chat completion with a
+W3C traceparent through the serving's Service; the trace is found in Jaeger's query API with the runtime's spans
+(the request, prepare, queue, generate) and attributes, and without the prompt's text."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ENV, HACK, run_on_host_network
+from tests.operator.test_operator_e2e import llms, pvc_model, runtime, status  # noqa: F401  (runtime: the models PVC)
+
+pytestmark = [pytest.mark.cluster]
+
+NODE_IP = "10.245.0.1"  # hack/cluster.sh: the node address, reachable from the pods
+NAME = "traced"
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+PARENT_ID = "b7ad6b7169203331"
+PROMPT = "the password is marmalade"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((NODE_IP, 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jaeger(cluster, tmp_path):
+    """Jaeger all-in-one (in-memory storage) on the node address: (OTLP/HTTP endpoint, query API URL)."""
+    proc = run_on_host_network(["bash", str(HACK / "build-jaeger.sh")], timeout=3000)  # the Go module proxy
+    if proc.returncode != 0:
+        pytest.fail(f"hack/build-jaeger.sh failed:\n{proc.stderr[-4000:]}", pytrace=False)
+    binary = Path(ENV["JAEGER_BIN_DIR"]) / "jaeger-all-in-one"
+    otlp, query = free_port(), free_port()
+    args = [
+        str(binary),
+        f"--collector.otlp.http.host-port={NODE_IP}:{otlp}",
+        f"--collector.otlp.grpc.host-port={NODE_IP}:{free_port()}",
+        f"--query.http-server.host-port={NODE_IP}:{query}",
+        f"--query.grpc-server.host-port={NODE_IP}:{free_port()}",
+        f"--admin.http.host-port={NODE_IP}:{free_port()}",
+        f"--collector.http-server.host-port={NODE_IP}:{free_port()}",
+        f"--collector.grpc-server.host-port={NODE_IP}:{free_port()}",
+    ]
+    log = tmp_path / "jaeger.log"
+    with open(log, "w") as out:
+        p = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "SPAN_STORAGE_TYPE": "memory"}
+        )
+    url = f"http://{NODE_IP}:{query}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            pytest.fail(f"jaeger exited {p.returncode}:\n{log.read_text()[-4000:]}", pytrace=False)
+        try:
+            with urllib.request.urlopen(f"{url}/api/services", timeout=2):
+                break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        pytest.fail(f"jaeger's query API did not answer:\n{log.read_text()[-4000:]}", pytrace=False)
+    yield f"http://{NODE_IP}:{otlp}", url
+    p.terminate()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def trace(query_url: str, trace_id: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"{query_url}/api/traces/{trace_id}", timeout=5) as r:
+            data = json.loads(r.read())["data"]
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
+    return data[0] if data else None
+
+
+def test_a_chat_with_a_traceparent_is_found_in_jaeger(cluster, operator, namespace, runtime, jaeger):  # noqa: F811
+    otlp, query_url = jaeger
+    spec = {
+        "model": pvc_model("tiny-llm"),
+        "resources": {"requests": {"cpu": "100m"}},
+        "observability": {"tracing": {"endpoint": otlp}},
+    }
+    cluster.apply(llms(NAME, spec), namespace)
+    st = cluster.wait_for(
+        lambda: (s := status(cluster, namespace, NAME)).get("phase") == "Ready" and s, 120, "the serving Ready"
+    )
+    pod = next(p for p in cluster.get("pods", namespace=namespace)["items"] if p["metadata"]["name"].startswith(NAME))
+    command = pod["spec"]["containers"][0].get("args") or pod["spec"]["containers"][0].get("command")
+    assert "--otlp-traces-endpoint" in command, command
+    svc = cluster.get("service", NAME, namespace)
+    body = {"model": NAME, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 5, "ignore_eos": True}
+    req = urllib.request.Request(
+        f"http://{svc['spec']['clusterIP']}:8000/v3/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json", "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        answer = json.loads(r.read())
+
+    def found():  # the batch processor exports within its 5 s delay
+        t = trace(query_url, TRACE_ID)
+        return t if t and len(t["spans"]) >= 4 else None
+
+    t = cluster.wait_for(found, 30, f"the trace {TRACE_ID} in Jaeger ({query_url})")
+    spans = {s["operationName"]: s for s in t["spans"]}
+    assert set(spans) == {f"chat {NAME}", "prepare", "queue", "generate"}, list(spans)
+    root = spans[f"chat {NAME}"]
+    assert root["references"] == [{"refType": "CHILD_OF", "traceID": TRACE_ID, "spanID": PARENT_ID}], root
+    for child in ("prepare", "queue", "generate"):
+        assert spans[child]["references"][0]["spanID"] == root["spanID"], spans[child]
+    tags = {tag["key"]: tag["value"] for tag in root["tags"]}
+    assert tags["gen_ai.request.model"] == NAME, tags
+    assert tags["gen_ai.usage.output_tokens"] == answer["usage"]["completion_tokens"] == 5, tags
+    assert tags["gen_ai.usage.input_tokens"] == answer["usage"]["prompt_tokens"], tags
+    assert tags["ovserve.pipeline.resolved"] == st["pipeline"]["resolved"] == "LM_CB", tags
+    assert tags["ovserve.pipeline.fallback"] is False and tags["ovserve.task"] == "text-generation", tags
+    assert tags["http.response.status_code"] == 200 and tags["ovserve.time_to_first_token_seconds"] > 0, tags
+    process = t["processes"][root["processID"]]
+    assert process["serviceName"] == "ovserve-runtime", process
+    assert {tag["key"]: tag["value"] for tag in process["tags"]}.get("service.instance.id") == pod["metadata"]["name"]
+    assert "marmalade" not in json.dumps(t)
