@@ -5,6 +5,8 @@
 #   hack/images.sh project   localhost/ovserve:dev from the Dockerfile on that base; rebuilt only when
 #                            Dockerfile, constraints.txt, pyproject.toml, runtime/ or operator/ change
 #   hack/images.sh standin   localhost/ovserve-standin:1, a hostile stand-in runtime (hack/standin) on the base
+#   hack/images.sh epp       localhost/ovserve-epp:v1.5.0, GIE's endpoint picker (the static binary `make routing`
+#                            builds) in a scratch image, for spec.routing.picker on this cluster (docs/routing.md)
 #   hack/images.sh all
 # Images are imported into the cluster's containerd when it runs (OVSERVE_CLUSTER_DIR), else only built; into
 # node2's too while it runs (hack/node2.sh).
@@ -117,8 +119,24 @@ project() {
   echo "$PROJECT_IMAGE"
 }
 
+epp() {
+  local bin; bin=$(ls -d "$OVSERVE_CACHE"/bin/routing-gie-*/epp 2>/dev/null | head -n1)
+  [ -x "$bin" ] || { log "no epp binary: run make routing first"; exit 1; }
+  local img=localhost/ovserve-epp:v1.5.0 key; key=$(sha256sum "$bin" | cut -c1-16)
+  if [ "$(buildah inspect -f '{{index .OCIv1.Config.Labels "ovserve.dev/input"}}' "$img" 2>/dev/null)" != "$key" ]; then
+    log "building $img"
+    local c; c=$(buildah from scratch)
+    buildah copy -q "$c" "$bin" /epp >/dev/null
+    # the upstream image is distroless (nonroot 65532); the EPP makes its TLS certificate in memory
+    buildah config --entrypoint '["/epp"]' --user 65532:65532 --label "ovserve.dev/input=$key" "$c"
+    buildah commit -q "$c" "$img" >/dev/null; buildah rm "$c" >/dev/null
+  fi
+  import "$img" "$key"
+  echo "$img"
+}
+
 case ${1:-} in
-  pause) pause;; base) base;; project) project;; standin) standin;;
+  pause) pause;; base) base;; project) project;; standin) standin;; epp) epp;;
   all) pause; project;;
   key) project_key;;
   *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2;;

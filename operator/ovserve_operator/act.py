@@ -89,7 +89,7 @@ async def act(ctl: Controller, plan: Plan, memory: Memory) -> bool:
             log.warning("%s/%s: applying the ScaledObject failed: %s", *plan.key, error_text(e))
     if plan.write_pool and plan.apply is not Apply.REAPPLY and desired is not None:
         try:
-            await ctl.call(ctl.io_pool, write_pool, ctl, plan.key, plan.uid, desired.inference_pool, memory)
+            await ctl.call(ctl.io_pool, write_pool, ctl, plan.key, plan.uid, desired, memory)
         except Exception as e:
             log.warning("%s/%s: applying the InferencePool failed: %s", *plan.key, error_text(e))
         ctl.mark(plan.key)  # the next pass reads the pool back for status
@@ -134,7 +134,7 @@ def apply_blocking(
         ctl.kube.delete(CHILD_KINDS[kind][0], kind, namespace, name, uid=child_uid)
         applied.append(f"{kind}/{name} deleted")
     write_scaler(ctl, key, uid, desired.scaled_object, memory)
-    write_pool(ctl, key, uid, desired.inference_pool, memory)
+    write_pool(ctl, key, uid, desired, memory)
     return applied
 
 
@@ -156,12 +156,22 @@ def write_scaler(ctl: Controller, key: Key, uid: str, desired: Mapping[str, Any]
     return memory.scaler_error != before
 
 
-def write_pool(ctl: Controller, key: Key, uid: str, desired: Mapping[str, Any] | None, memory: Memory) -> bool:
-    """Write the InferencePool (in a thread; None: delete ours) and remember the outcome for status. True when
-    that outcome changed what status says. A refusal is kept, not raised (the serving runs behind its Service)."""
+def write_pool(ctl: Controller, key: Key, uid: str, desired: Desired, memory: Memory) -> bool:
+    """Write the InferencePool and the endpoint picker (in a thread; not rendered: delete ours) and remember the
+    outcome for status. True when that outcome changed what status says. A refusal is kept, not raised (the
+    serving runs behind its Service)."""
     before = memory.pool_error
     try:
-        written = routing_io.write(ctl.kube, ctl.gie, desired, key[1], key[0], uid)
+        written = routing_io.write(
+            ctl.kube,
+            ctl.gie,
+            desired.inference_pool,
+            key[1],
+            key[0],
+            uid,
+            desired.picker_objects,
+            desired.remove_picker,
+        )
     except Exception as e:
         memory.pool_error = routing_io.refusal_text(e)
         raise

@@ -94,12 +94,24 @@ class Desired:
     # live children of ours the spec no longer renders (a PodDisruptionBudget at 1 replica): (kind, uid), deleted
     # by the apply
     stale: tuple[tuple[str, str], ...] = ()
+    # the endpoint picker is not rendered but status says the operator ran one: ours are deleted (routing_io)
+    remove_picker: bool = False
+
+    @property
+    def serving(self) -> list[dict[str, Any]]:
+        """The serving's own children (the endpoint picker's Deployment and Service are not the runtime's)."""
+        return [o for o in self.objects if not routing.is_picker_object(o)]
 
     def has(self, kind: str) -> bool:
-        return any(o["kind"] == kind for o in self.objects)
+        return any(o["kind"] == kind for o in self.serving)
 
     def of(self, kind: str) -> dict[str, Any]:
-        return next(o for o in self.objects if o["kind"] == kind)
+        return next(o for o in self.serving if o["kind"] == kind)
+
+    @property
+    def picker_objects(self) -> list[dict[str, Any]]:
+        """spec.routing.picker's six objects, in apply order; empty: the operator runs no picker."""
+        return [o for o in self.objects if routing.is_picker_object(o)]
 
     @property
     def scaled_object(self) -> dict[str, Any] | None:
@@ -116,7 +128,7 @@ class Desired:
         """The children written with server-side apply as they are (the ScaledObject and the InferencePool have
         their own writes: KEDA and the Inference Extension may be absent, and a refusal of either leaves the
         others serving)."""
-        return [o for o in self.objects if o["kind"] not in (scaledobject.KIND, routing.POOL_KIND)]
+        return [o for o in self.serving if o["kind"] not in (scaledobject.KIND, routing.POOL_KIND)]
 
     @property
     def template_hash(self) -> str:
@@ -180,7 +192,9 @@ def begin(observed: Observed, memory: Memory, now: Now) -> Start:
     (namespace, name) = o.key
     desired = render_children(name, namespace, o.uid, o.spec, o.settings)
     stale = tuple((k, v["metadata"]["uid"]) for k, v in o.live.items() if v is not None and not desired.has(k))
-    desired = dataclasses.replace(desired, stale=stale)
+    # status says the operator ran a picker the spec no longer asks for: the apply deletes ours
+    previous = ((memory.last_status or o.stored).get("routing") or {}).get("picker")
+    desired = dataclasses.replace(desired, stale=stale, remove_picker=bool(previous) and not desired.picker_objects)
     return Start(o.key, o.uid, o.generation, desired, _generation_apply(o, m, desired, now.tick), m)
 
 
@@ -416,20 +430,36 @@ def _router(o: Observed, m: Memory, desired: Desired, tick: float) -> tuple[dict
     if seen is None:
         return _KEEP, False
     write = False
+    pickers = desired.picker_objects
+    live_picker = seen.picker or {}
     if seen.installed and seen.problem is None and not desired.denied:
-        if seen.pool is None:
+        picker_drift = routing_io.picker_drift(pickers, live_picker) if seen.picker is not None else []
+        # missing: the pool, a picker object, or ours left over from a picker turned off
+        missing = seen.pool is None or any(p.endswith(": missing") for p in picker_drift)
+        missing = missing or (not pickers and any(v is not None for v in live_picker.values()))
+        edited = (seen.pool is not None and bool(drift.differences(desired.inference_pool or {}, seen.pool))) or any(
+            not p.endswith(": missing") for p in picker_drift
+        )
+        if missing:
             refused_at, written_at = m.pool_refused_at, m.pool_written_at
             write = (refused_at is None or tick - refused_at >= routing_io.REFUSED_RETRY_S) and (
                 written_at is None or tick - written_at >= routing_io.MISSING_REWRITE_AFTER_S
             )
-        elif (
-            desired.inference_pool is not None
-            and drift.differences(desired.inference_pool, seen.pool)
-            and tick - (m.pool_reverted_at if m.pool_reverted_at is not None else -1e9) > routing_io.REAPPLY_AFTER_S
+        elif edited and (
+            tick - (m.pool_reverted_at if m.pool_reverted_at is not None else -1e9) > routing_io.REAPPLY_AFTER_S
         ):
             m.pool_reverted_at = tick
             write = True
     if write:
         m.pool_written_at = tick
-    problem = seen.problem or (m.pool_error if seen.pool is None else None)
-    return routing.pool_status(name, installed=seen.installed, pool=seen.pool, pods=o.pods, problem=problem), write
+    picker_missing = any(live_picker.get(obj["kind"]) is None for obj in pickers)
+    problem = seen.problem or (m.pool_error if seen.pool is None or picker_missing else None)
+    st = routing.pool_status(
+        name,
+        installed=seen.installed,
+        pool=seen.pool,
+        pods=o.pods,
+        problem=problem,
+        picker_ready=routing_io.picker_available(seen.picker) if pickers else None,
+    )
+    return st, write

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from . import autoscaling_io, nodes, ownership, podview, readback, rolloutbudget, routing, routing_io
+from . import autoscaling_io, nodes, ownership, podview, readback, render, rolloutbudget, routing, routing_io
 from . import spec as api
 from .kube import error_status, error_text
 from .memory import Memory
@@ -126,8 +126,11 @@ async def read(ctl: Controller, observed: Observed, memory: Memory) -> Observed:
             log.warning("%s/%s: reading the autoscaler failed: %s", namespace, name, error_text(e))
     pool = None
     if routing.enabled(o.spec):
+        # the picker's objects: wanted, or ours that status says run (deleted when no longer wanted)
+        ran = ((memory.last_status or o.stored).get("routing") or {}).get("picker")
+        picker = render.picker_wanted(o.spec) or bool(ran)
         try:
-            pool = await ctl.call(ctl.io_pool, routing_io.read, ctl.kube, ctl.gie, name, namespace, uid)
+            pool = await ctl.call(ctl.io_pool, routing_io.read, ctl.kube, ctl.gie, name, namespace, uid, picker)
         except Exception as e:
             log.warning("%s/%s: reading the InferencePool failed: %s", namespace, name, error_text(e))
     return dataclasses.replace(

@@ -74,6 +74,20 @@ def violations(spec: api.LLMServingSpec, settings: Settings) -> list[str]:
             "spec.routing is denied: the operator does not manage InferencePools "
             "(operator setting OVSERVE_ROUTING, chart value routing.enabled)"
         )
+    picker = spec.routing.picker if spec.routing is not None and spec.routing.enabled else None
+    if picker is not None and picker.enabled:
+        if not settings.routing_picker:
+            out.append(
+                "spec.routing.picker is denied: the operator does not run endpoint pickers "
+                "(operator setting OVSERVE_ROUTING_PICKER, chart value routing.picker)"
+            )
+        image = picker.image
+        if image and image != settings.picker_image and not image_allowed(image, settings.allowed_images):
+            allowed = ", ".join(settings.allowed_images) or "none"
+            out.append(
+                f"spec.routing.picker.image {image} is denied: allowed image overrides: {allowed} "
+                "(operator setting OVSERVE_ALLOWED_IMAGES, chart value policy.allowedImages)"
+            )
     if not settings.allow_scheduling_passthrough:
         fields = [
             name

@@ -318,6 +318,13 @@ POOL_REFUSED = _r(
     "spec.routing: the apiserver refused the InferencePool (RBAC: chart routing.enabled; a webhook), or one of "
     "that name is not this LLMServing's: the message says which; the serving runs without it",
 )
+PICKER_NOT_READY = _r(
+    "PickerNotReady",
+    "status.routing",
+    None,
+    "spec.routing.picker: the pool exists, the endpoint picker's Deployment is not Available yet (image pull, "
+    "start, gRPC health)",
+)
 ROUTING_UNAVAILABLE = _r(
     "RoutingUnavailable",
     "status.routing",

@@ -7,6 +7,7 @@ itself (annotation ovserve.dev/template-hash) so that status can tell up-to-date
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -570,12 +571,26 @@ def render_scaled_object(
     return scaledobject.render_scaled_object(name, namespace, spec.autoscaling, prometheus_url, metadata, hold_pool)
 
 
-def render_inference_pool(name: str, namespace: str, uid: str, spec: api.LLMServingSpec) -> dict[str, Any] | None:
-    """The InferencePool for spec.routing (routing.py), or None when routing is off."""
+def picker_wanted(spec: api.LLMServingSpec) -> bool:
+    """spec.routing.picker is set and on (with routing on)."""
+    picker = spec.routing.picker if spec.routing is not None else None
+    return routing.enabled(spec) and picker is not None and picker.enabled
+
+
+def render_routing(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> list[dict]:
+    """The routing children of spec.routing (routing.py): the InferencePool, and the endpoint picker's six objects
+    with spec.routing.picker; none when routing is off. They carry the serving's labels but the owner label, so
+    that the reflectors, which cache children by it, never take the picker's Deployment and Service for the
+    runtime's (the pool and the picker have their own write and read, routing_io.py)."""
     if not routing.enabled(spec):
-        return None
-    owner = routing.Owner(name, namespace, labels(name), owner_reference(name, uid))
-    return routing.render_inference_pool(owner, selector_labels(name), routing.params(spec))
+        return []
+    owner_labels = {k: v for k, v in labels(name).items() if k != LABEL_OWNER}
+    owner = routing.Owner(name, namespace, owner_labels, owner_reference(name, uid))
+    params = routing.params(spec)
+    if picker_wanted(spec):
+        image = spec.routing.picker.image or settings.picker_image  # type: ignore[union-attr]
+        params = dataclasses.replace(params, picker=True, picker_image=image)
+    return routing.render_routing(owner, selector_labels(name), params)
 
 
 def render(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settings: Settings) -> list[dict]:
@@ -589,8 +604,7 @@ def render(name: str, namespace: str, uid: str, spec: api.LLMServingSpec, settin
         objs.insert(0, render_network_policy(name, namespace, uid, spec, settings))
     if (scaled := render_scaled_object(name, namespace, uid, spec, settings.prometheus_url)) is not None:
         objs.append(scaled)
-    if (pool := render_inference_pool(name, namespace, uid, spec)) is not None:
-        objs.append(pool)
+    objs += render_routing(name, namespace, uid, spec, settings)
     return objs
 
 
@@ -607,9 +621,9 @@ __all__ = [
     "pod_template",
     "render",
     "render_deployment",
-    "render_inference_pool",
     "render_network_policy",
     "render_pdb",
+    "render_routing",
     "render_scaled_object",
     "render_service",
     "runtime_args",

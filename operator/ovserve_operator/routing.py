@@ -116,6 +116,11 @@ def pool_name(name: str) -> str:
     return name
 
 
+def is_picker_object(obj: Mapping[str, Any]) -> bool:
+    """One of the endpoint picker's objects (by its component label)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == PICKER_COMPONENT
+
+
 def picker_name(name: str) -> str:
     """The name of the picker's Deployment, Service, ConfigMap, ServiceAccount, Role and RoleBinding."""
     return f"{name}-epp"
@@ -443,9 +448,11 @@ def pool_status(
     pool: Mapping[str, Any] | None,
     pods: Iterable[Mapping[str, Any]],
     problem: str | None = None,
+    picker_ready: bool | None = None,
 ) -> dict[str, Any]:
     """status.routing from what was read (pure): the CRD served or not, our live pool (None: absent or not
-    ours), why it cannot be written (a refusal, a name taken), and the serving's pods."""
+    ours), why it cannot be written (a refusal, a name taken), the serving's pods, and whether the picker the
+    operator runs is Available (None: it runs none)."""
     pool_name_ = None
     count = 0
     if not installed:
@@ -463,9 +470,18 @@ def pool_status(
         count = endpoints_of(pool, pods)
         reason = reasons.POOL_READY
         message = f"InferencePool {pool_name_} selects {count} Ready pod(s) on port {endpoints.PORT}"
+        if picker_ready is False:
+            reason = reasons.PICKER_NOT_READY
+            message += f"; its endpoint picker {picker_name(name)} is not Available yet"
     display = f"{count} endpoint{'' if count == 1 else 's'}" if reason == reasons.POOL_READY else reason
     return api.RoutingStatus(
-        pool=pool_name_, endpoints=count, reason=reason, message=message, display=display
+        pool=pool_name_,
+        endpoints=count,
+        picker=picker_name(name) if picker_ready is not None else None,
+        pickerReady=picker_ready,
+        reason=reason,
+        message=message,
+        display=display,
     ).model_dump(exclude_none=True)
 
 
@@ -483,6 +499,7 @@ __all__ = [
     "enabled",
     "endpoints_of",
     "engine_config",
+    "is_picker_object",
     "params",
     "picker_config",
     "picker_config_text",

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from ovserve_runtime import docblock, sources
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .routing import DEFAULT_PICKER_IMAGE
 from .spec import QUANTITY_PATTERN
 
 FIELD_MANAGER = "ovserve-operator"
@@ -186,6 +187,18 @@ class Settings(BaseModel):
         "OVSERVE_ROUTING",
         "tenant policy: the operator may create an InferencePool per LLMServing (`spec.routing`; needs RBAC on "
         "inferencepools, chart `routing.enabled`); off: a spec asking for one reads `PolicyDenied`",
+    )
+    routing_picker: bool = _env(
+        False,
+        "OVSERVE_ROUTING_PICKER",
+        "tenant policy: the operator may run an endpoint picker per LLMServing (`spec.routing.picker`; needs RBAC on "
+        "configmaps, serviceaccounts, roles and rolebindings, chart `routing.picker`); off: `PolicyDenied`",
+    )
+    picker_image: str = _env(
+        DEFAULT_PICKER_IMAGE,
+        "OVSERVE_PICKER_IMAGE",
+        "the endpoint picker's image (`spec.routing.picker.image` overrides it within `OVSERVE_ALLOWED_IMAGES`)",
+        min_length=1,
     )
     network_policy_default: bool = _env(
         False,

@@ -614,6 +614,18 @@ class RoutingFailureMode(StrEnum):
     FAIL_CLOSE = "FailClose"
 
 
+class RoutingPicker(_Strict):
+    """The endpoint picker the operator runs for the pool (docs/routing.md)."""
+
+    enabled: bool = Field(True, description="Run it (false: none; ours is deleted).")
+    image: str | None = Field(
+        None,
+        min_length=1,
+        description="EPP image (GIE v1.5.0's flags and config). Default: the operator setting OVSERVE_PICKER_IMAGE; "
+        "another needs the tenant policy's allowed images.",
+    )
+
+
 class Routing(_Strict):
     """Replicas routed per request by load and prompt prefix (Gateway API Inference Extension, docs/routing.md):
     an InferencePool selecting the runtime pods, owned by the LLMServing, for a GIE gateway and its endpoint
@@ -628,6 +640,12 @@ class Routing(_Strict):
         RoutingFailureMode.FAIL_OPEN,
         description="What the gateway does when the endpoint picker does not answer: FailOpen routes to any pod of "
         "the pool, FailClose refuses the request.",
+    )
+    picker: RoutingPicker | None = Field(
+        None,
+        description="Run the pool's endpoint picker (GIE's EPP, `<name>-epp`) with the operator: a Deployment, "
+        "Service, ConfigMap and least-privilege RBAC. Unset: a platform's own picker serves the pool. Needs the "
+        "operator setting OVSERVE_ROUTING_PICKER (chart routing.picker).",
     )
 
 
@@ -1033,7 +1051,14 @@ class RoutingStatus(BaseModel):
 
     pool: str | None = Field(None, description="Name of the InferencePool; empty while none of ours exists.")
     endpoints: int = Field(0, ge=0, description="Ready runtime pods the pool's selector matches.")
-    reason: str = Field("PoolPending", description="PoolReady, PoolPending, PoolRefused or RoutingUnavailable.")
+    picker: str | None = Field(None, description="The endpoint picker's Deployment, when the operator runs it.")
+    pickerReady: bool | None = Field(
+        None, description="Whether that Deployment is Available; absent when the operator runs no picker."
+    )
+    reason: str = Field(
+        "PoolPending",
+        description="PoolReady, PoolPending, PoolRefused, PickerNotReady, RoutingUnavailable or PolicyDenied.",
+    )
     message: str = Field("", description="Details of the reason.")
     display: str = Field("", description="The pool's endpoints, or the reason, for the ROUTING column.")
 
@@ -1194,6 +1219,7 @@ __all__ = [
     "RolloutStrategy",
     "Routing",
     "RoutingFailureMode",
+    "RoutingPicker",
     "RoutingStatus",
     "SchedulerConfig",
     "SecretKeySelector",

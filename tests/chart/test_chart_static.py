@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ovserve_operator import routing
 
 from tests.chart.helpers import (
     CHART,
@@ -231,6 +232,34 @@ def test_routing_grants_exactly_its_rbac(tmp_path):
     # the pool is read back by GET each pass (not watched: the CRD may be absent), applied, deleted by uid
     assert extra == {("cluster", "inference.networking.k8s.io", "inferencepools"): {"get", "create", "patch", "delete"}}
     assert container_env(one(docs, "Deployment"))["OVSERVE_ROUTING"] == "true"
+    assert "OVSERVE_ROUTING_PICKER" not in container_env(one(docs, "Deployment"))
+
+
+def test_the_routing_picker_grants_exactly_its_rbac(tmp_path):
+    values = {"routing": {"enabled": True, "picker": True, "pickerImage": "localhost/epp:1"}}
+    docs = render(values, tmp_path)
+    table = rbac_table(docs)
+    added = {k: v - EXPECTED_RBAC.get(k, set()) for k, v in table.items() if v - EXPECTED_RBAC.get(k, set())}
+    edit = {"get", "create", "patch", "delete"}
+    read = {"get", "list", "watch"}
+    assert added == {
+        ("cluster", "inference.networking.k8s.io", "inferencepools"): edit | read,
+        ("cluster", "core", "configmaps"): edit,
+        ("cluster", "core", "serviceaccounts"): edit,
+        ("cluster", "rbac.authorization.k8s.io", "roles"): edit,
+        ("cluster", "rbac.authorization.k8s.io", "rolebindings"): edit,
+        ("cluster", "apps", "deployments"): {"delete"},
+        ("cluster", "core", "services"): {"delete"},
+        ("cluster", "inference.networking.x-k8s.io", "inferenceobjectives"): read,
+        ("cluster", "inference.networking.x-k8s.io", "inferencemodelrewrites"): read,
+    }
+    # what the picker's Role grants, the operator holds (RBAC refuses to grant more than the granter has)
+    for rule in routing.picker_rules():
+        for group in rule["apiGroups"]:
+            for res in rule["resources"]:
+                assert set(rule["verbs"]) <= table[("cluster", group or "core", res)], (group, res)
+    env = container_env(one(docs, "Deployment"))
+    assert env["OVSERVE_ROUTING_PICKER"] == "true" and env["OVSERVE_PICKER_IMAGE"] == "localhost/epp:1"
 
 
 def test_two_replicas_without_leader_election_are_refused(tmp_path):

@@ -12,7 +12,9 @@ LLMServing); the test runs the gateway of tests/routing/gateway.py in the cluste
 - a legacy-pipeline serving behind its own pool exports no KV-cache families and is routed on its queue;
 - a pod deleted under load leaves the pool and its replacement joins it, with no chat lost;
 - a rollout (a spec change that replaces every pod) under load through the gateway loses no chat;
-- the pool deleted by hand is re-created by the operator, and the gateway routes through it again.
+- the pool deleted by hand is re-created by the operator, and the gateway routes through it again;
+- with spec.routing.picker the operator runs the picker in the cluster (a local image of the same EPP binary):
+  it becomes Ready, scrapes the pool's pods, and its ConfigMap deleted by hand comes back.
 
 Skipped, with the reason, where `make routing` has not built the EPP, Envoy and the CRD.
 """
@@ -32,7 +34,7 @@ from collections.abc import Iterator
 import pytest
 from ovserve_operator import render, routing
 
-from tests.conftest import make_namespace
+from tests.conftest import HACK, make_namespace, run_on_host_network
 from tests.operator.conftest import OperatorProcess
 from tests.operator.test_operator_e2e import llms, models_claim, pvc_model, status
 
@@ -60,11 +62,25 @@ CHURN_MAX_PER_CLIENT = 2000  # bounds the churn load whatever happens
 SKEW_REQUESTS = 12
 WARM_UP_S = 120  # the picker reads the pool, then scrapes each pod before it routes
 POOL_WAIT_S = 60  # the operator's pass (every 2 s here) reads the pool back, re-creates one deleted (5 s apart)
+PICKED = "routed-picked"
+PICKER_WAIT_S = 120  # the picker's pod starts, lists the pool, answers its gRPC health
 ROLLOUT_WAIT_S = 240  # three tiny-llm pods replaced one at a time (surge 1), each ready in about 10 s, drains
 
 _missing = missing_artefacts(routing_bin_dir())
 if _missing:
     pytest.skip(f"`make routing` has not built {', '.join(_missing)}", allow_module_level=True)
+
+
+EPP_IMAGE = "localhost/ovserve-epp:v1.5.0"
+
+
+@pytest.fixture(scope="module")
+def epp_image(cluster) -> str:
+    """GIE's EPP (the binary `make routing` built) in a scratch image, imported into the node."""
+    proc = run_on_host_network(["bash", str(HACK / "images.sh"), "epp"], timeout=300)
+    if proc.returncode != 0:
+        pytest.fail(f"hack/images.sh epp failed:\n{proc.stderr[-3000:]}", pytrace=False)
+    return EPP_IMAGE
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +103,8 @@ def pool_crd(cluster) -> str:
 
 @pytest.fixture(scope="module")
 def rt_operator(cluster, rt_ns, tmp_path_factory):
-    env = {"OVSERVE_ROUTING": "true"}  # tenant policy: spec.routing allowed
+    # tenant policy: spec.routing and its picker allowed; the picker's image is the local one (hack/images.sh epp)
+    env = {"OVSERVE_ROUTING": "true", "OVSERVE_ROUTING_PICKER": "true", "OVSERVE_PICKER_IMAGE": EPP_IMAGE}
     op = OperatorProcess(rt_ns, "op-rt", f"ovserve-operator-{uuid.uuid4().hex[:6]}", tmp_path_factory.mktemp("op"), env)
     cluster.wait_for(lambda: (op.health() or {}).get("kopf") or not op.alive(), 60, "operator leader")
     assert op.alive(), op.logs()
@@ -502,3 +519,58 @@ def test_a_pool_deleted_by_hand_comes_back(cluster, rt_ns, gateway, rt_operator)
         cluster.wait_for(through, POOL_WAIT_S, "a chat through the gateway after the pool came back")
     except pytest.fail.Exception:
         pytest.fail(f"no chat through the re-created pool: {last[0]!r}\n{gateway.logs(3000)}")
+
+
+def picker_metrics(cluster, ns: str, name: str) -> str:
+    """The picker's own metrics, through its Service (ClusterIP, port 9090; no TokenReview auth)."""
+    ip = cluster.get("service", routing.picker_name(name), ns)["spec"]["clusterIP"]
+    with urllib.request.urlopen(f"http://{ip}:{routing.PICKER_METRICS_PORT}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def test_the_operators_picker_runs_in_the_cluster(
+    cluster, rt_ns, rt_operator, pool_crd, project_image, models, epp_image
+):
+    """spec.routing.picker: the operator creates the picker's ServiceAccount, Role, RoleBinding, ConfigMap,
+    Deployment and Service; the picker (GIE's EPP in the local image) becomes Ready with only its Role's rights,
+    reads the pool and scrapes its pod through the `openvino` engine config; status.routing says pickerReady; its
+    ConfigMap deleted by hand comes back."""
+    spec = {"model": pvc_model("tiny-llm"), "replicas": 1, "routing": {"picker": {}}}
+    cluster.apply(llms(PICKED, spec), rt_ns)
+    try:
+        last: list[dict] = [{}]
+
+        def picker_ready() -> bool:
+            last[0] = status(cluster, rt_ns, PICKED).get("routing") or {}
+            return last[0].get("pickerReady") is True and last[0].get("endpoints") == 1
+
+        started = time.monotonic()
+        try:
+            cluster.wait_for(picker_ready, PICKER_WAIT_S, "the operator's picker Ready")
+        except pytest.fail.Exception:
+            logs = cluster.kubectl("logs", f"deploy/{routing.picker_name(PICKED)}", "-n", rt_ns, check=False)
+            pytest.fail(
+                f"status.routing {last[0]!r}\npicker log: {(logs.stdout + logs.stderr)[-3000:]}\n"
+                f"operator: {rt_operator.logs()[-2000:]}"
+            )
+        print(f"the picker Ready in {time.monotonic() - started:.0f} s: {last[0]}")
+        assert last[0]["reason"] == "PoolReady" and last[0]["picker"] == routing.picker_name(PICKED), last[0]
+        pod = runtime_pods(cluster, rt_ns, PICKED)[0]["metadata"]["name"]
+        cluster.wait_for(
+            lambda: pod in picker_metrics(cluster, rt_ns, PICKED), 30, "the picker's metrics naming the pod"
+        )
+        dep = cluster.get("deployment", routing.picker_name(PICKED), rt_ns)
+        assert dep["spec"]["template"]["spec"]["serviceAccountName"] == routing.picker_name(PICKED)
+        assert "ovserve.dev/llmserving" not in dep["metadata"]["labels"]  # never cached as the runtime's
+
+        config = routing.picker_name(PICKED)
+        before = cluster.get("configmap", config, rt_ns)["metadata"]["uid"]
+        cluster.kubectl("delete", "configmap", config, "-n", rt_ns)
+
+        def back() -> bool:
+            cm = cluster.get("configmap", config, rt_ns)
+            return bool(cm) and cm["metadata"]["uid"] != before
+
+        cluster.wait_for(back, POOL_WAIT_S, "the picker's ConfigMap re-created")
+    finally:
+        cluster.kubectl("delete", "llmserving", PICKED, "-n", rt_ns, "--wait=false", check=False)

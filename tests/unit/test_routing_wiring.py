@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ovserve_operator import intake, policy, reasons, render, routing, routing_io
 from ovserve_operator import spec as api
-from ovserve_operator.decide import Apply, Now, decide, render_children
+from ovserve_operator.decide import Apply, Now, begin, decide, render_children
 from ovserve_operator.memory import Memory
 from ovserve_operator.observe import Observed, parse
 from ovserve_operator.readback import ReadbackMemory
@@ -146,7 +146,7 @@ def observed(spec: dict[str, Any] = ROUTED, *, settings: Settings = SETTINGS, **
     snap = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta, "spec": spec, "status": {}}
     live = {}
     for obj in render.render(NAME, NS, UID, api.parse_spec(spec), settings):
-        if obj["kind"] in ("Deployment", "Service", "PodDisruptionBudget"):
+        if obj["kind"] in ("Deployment", "Service", "PodDisruptionBudget") and not routing.is_picker_object(obj):
             live[obj["kind"]] = intake.child_snapshot(copy.deepcopy(obj))
     fields.setdefault("live", live)
     return Observed(snap, settings, parse(snap), {}, **fields)
@@ -280,3 +280,156 @@ def test_policy_governs_who_may_enable_routing(spec, settings, denied):
     assert bool(found) is denied
     if denied:
         assert "OVSERVE_ROUTING" in found[0] and "routing.enabled" in found[0]
+
+
+# ------------------------------------------------------------------------------------------- the picker
+
+PICKED = {**PLAIN, "routing": {"picker": {}}}
+PICKER_SETTINGS = Settings(
+    allow_host_path=True, routing=True, routing_picker=True, default_cpu_request="", default_memory_request=""
+)
+
+
+def picker_objects(spec: dict[str, Any], settings: Settings = PICKER_SETTINGS) -> list[dict[str, Any]]:
+    return render_children(NAME, NS, UID, api.parse_spec(spec), settings).picker_objects
+
+
+@pytest.mark.parametrize(
+    "spec,kinds",
+    [
+        (ROUTED, []),
+        (PICKED, ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service"]),
+        ({**PLAIN, "routing": {"picker": {"enabled": False}}}, []),
+        ({**PLAIN, "routing": {"enabled": False, "picker": {}}}, []),
+    ],
+    ids=["no picker", "picker: {}", "picker enabled false", "routing enabled false"],
+)
+def test_render_adds_the_picker_only_when_asked(spec, kinds):
+    assert [o["kind"] for o in picker_objects(spec)] == kinds
+
+
+def test_the_pickers_objects_are_never_taken_for_the_runtimes():
+    """The reflectors cache children by the owner label: the picker's Deployment and Service do not carry it, and
+    the serving's own Deployment and Service stay the ones decide compares and heals."""
+    desired = render_children(NAME, NS, UID, api.parse_spec(PICKED), PICKER_SETTINGS)
+    for obj in desired.picker_objects:
+        assert render.LABEL_OWNER not in obj["metadata"]["labels"], obj["kind"]
+        assert obj["metadata"]["name"] == routing.picker_name(NAME)
+        assert obj["metadata"]["ownerReferences"] == [render.owner_reference(NAME, UID)]
+    dep = next(o for o in desired.picker_objects if o["kind"] == "Deployment")
+    assert render.LABEL_OWNER not in dep["spec"]["template"]["metadata"]["labels"]
+    assert not intake.child_change("Deployment", "ADDED", {**dep, "metadata": {**dep["metadata"], "uid": "u"}}).key
+    assert desired.of("Deployment")["metadata"]["name"] == NAME and desired.of("Service")["metadata"]["name"] == NAME
+    assert not any(routing.is_picker_object(o) for o in desired.applied)
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == PICKER_SETTINGS.picker_image
+    own = {**PLAIN, "routing": {"picker": {"image": "localhost/epp:1"}}}
+    dep = next(o for o in picker_objects(own) if o["kind"] == "Deployment")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "localhost/epp:1"
+
+
+@pytest.mark.parametrize(
+    "spec,settings,want",
+    [
+        (PICKED, SETTINGS, ["OVSERVE_ROUTING_PICKER"]),
+        (PICKED, PICKER_SETTINGS, []),
+        (
+            {**PLAIN, "routing": {"picker": {"image": "evil.example/epp:1"}}},
+            PICKER_SETTINGS,
+            ["OVSERVE_ALLOWED_IMAGES"],
+        ),
+        (
+            {**PLAIN, "routing": {"picker": {"image": "localhost/epp:1"}}},
+            PICKER_SETTINGS.model_copy(update={"allowed_images": ("localhost/",)}),
+            [],
+        ),
+        (
+            {**PLAIN, "routing": {"picker": {"image": PICKER_SETTINGS.picker_image}}},
+            PICKER_SETTINGS,
+            [],
+        ),
+    ],
+    ids=["picker not allowed", "allowed", "another image", "an allowed image", "the operator's own image"],
+)
+def test_policy_governs_the_picker_and_its_image(spec, settings, want):
+    found = [v for v in policy.violations(api.parse_spec(spec), settings) if v.startswith("spec.routing")]
+    assert len(found) == len(want) and all(w in f for w, f in zip(want, found, strict=True)), found
+
+
+def live_picker(available: bool = True, **edits: Any) -> dict[str, Any]:
+    """The picker's objects as the apiserver holds them after an apply (`edits`: kind -> a field changed by hand)."""
+    out: dict[str, Any] = {}
+    for obj in picker_objects(PICKED):
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["uid"] = f"uid-{obj['kind']}"
+        for field, value in edits.get(obj["kind"], {}).items():
+            obj[field] = value
+        out[obj["kind"]] = obj
+    out["Deployment"]["status"] = {"conditions": [{"type": "Available", "status": "True" if available else "False"}]}
+    return out
+
+
+def picked(**fields: Any) -> Observed:
+    return observed(PICKED, settings=PICKER_SETTINGS, **fields)
+
+
+PICKER_CASES: dict[str, tuple[Observed, Memory, dict[str, Any]]] = {
+    "pool and picker as rendered, Available: PoolReady, pickerReady": (
+        picked(pool=routing_io.Seen(installed=True, pool=live_pool(), picker=live_picker()), pods=PODS),
+        memory(),
+        {
+            "routing.reason": reasons.POOL_READY,
+            "routing.pickerReady": True,
+            "routing.picker": "llm-epp",
+            "write_pool": False,
+        },
+    ),
+    "the picker not Available yet: PickerNotReady": (
+        picked(pool=routing_io.Seen(installed=True, pool=live_pool(), picker=live_picker(False)), pods=PODS),
+        memory(),
+        {"routing.reason": reasons.PICKER_NOT_READY, "routing.pickerReady": False, "write_pool": False},
+    ),
+    "the picker's ConfigMap deleted by hand: written": (
+        picked(pool=routing_io.Seen(installed=True, pool=live_pool(), picker={**live_picker(), "ConfigMap": None})),
+        memory(),
+        {"write_pool": True, "memory.pool_written_at": NOW.tick},
+    ),
+    "the picker's Role edited by hand: reverted": (
+        picked(pool=routing_io.Seen(installed=True, pool=live_pool(), picker=live_picker(Role={"rules": []}))),
+        memory(),
+        {"write_pool": True, "memory.pool_reverted_at": NOW.tick},
+    ),
+    "the picker refused: PoolRefused, not retried for 60 s": (
+        picked(pool=routing_io.Seen(installed=True, pool=live_pool(), picker=dict.fromkeys(routing_io.PICKER_KINDS))),
+        memory(pool_error="the operator may not manage ...", pool_refused_at=NOW.tick - 10),
+        {"routing.reason": reasons.POOL_REFUSED, "write_pool": False},
+    ),
+    "picker turned off, ours still there: written (deleted)": (
+        observed(pool=routing_io.Seen(installed=True, pool=live_pool(), picker=live_picker())),
+        memory(),
+        {"write_pool": True, "routing.reason": reasons.POOL_READY, "routing.picker": None},
+    ),
+}
+
+
+@pytest.mark.parametrize("obs,mem,want", list(PICKER_CASES.values()), ids=list(PICKER_CASES))
+def test_decide_the_picker(obs, mem, want):
+    plan = decide(obs, mem, NOW)
+    for path, value in want.items():
+        got = _get(plan, path)
+        assert got == value, (path, got, plan.status.get("routing"))
+
+
+def test_a_picker_status_reported_and_no_longer_rendered_is_deleted_by_the_apply():
+    ran = {"routing": {"reason": reasons.POOL_READY, "picker": "llm-epp", "pickerReady": True}}
+    start = begin(observed(), memory(last_status=ran), NOW)
+    assert start.desired is not None and start.desired.remove_picker
+    assert not begin(observed(), memory(), NOW).desired.remove_picker  # type: ignore[union-attr]
+    assert not begin(picked(), memory(last_status=ran), NOW).desired.remove_picker  # type: ignore[union-attr]
+
+
+def test_picker_drift_names_what_is_missing_or_edited():
+    desired = picker_objects(PICKED)
+    assert routing_io.picker_drift(desired, live_picker()) == []
+    assert routing_io.picker_drift(desired, {**live_picker(), "Service": None}) == ["Service: missing"]
+    edited = routing_io.picker_drift(desired, live_picker(ConfigMap={"data": {"epp-config.yaml": "{}"}}))
+    assert edited and all(p.startswith("ConfigMap: data") for p in edited)
