@@ -59,14 +59,15 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _socket(port: int) -> dict:
-    return {"socket_address": {"address": "127.0.0.1", "port_value": port}}
+def _socket(port: int, host: str = "127.0.0.1") -> dict:
+    return {"socket_address": {"address": host, "port_value": port}}
 
 
-def envoy_config(listen_port: int, admin_port: int, picker_port: int) -> dict:
+def envoy_config(listen_port: int, admin_port: int, picker_port: int, picker_host: str = "127.0.0.1") -> dict:
     """Envoy's bootstrap: one listener on loopback whose every request is handed to the picker (ext_proc: headers,
     bodies streamed both ways, trailers) and forwarded to the pod the picker named; the picker over TLS (the EPP
-    serves a self-signed certificate: no verification, as in GIE's reference) and HTTP/2."""
+    serves a self-signed certificate: no verification, as in GIE's reference) and HTTP/2. `picker_host`: where it
+    listens (a picker the operator runs in the cluster: its Service's address)."""
     ext_proc = {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
@@ -155,7 +156,7 @@ def envoy_config(listen_port: int, admin_port: int, picker_port: int) -> dict:
                     },
                     "load_assignment": {
                         "cluster_name": "ext_proc",
-                        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(picker_port)}}]}],
+                        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(picker_port, picker_host)}}]}],
                     },
                 },
             ],
@@ -165,7 +166,9 @@ def envoy_config(listen_port: int, admin_port: int, picker_port: int) -> dict:
 
 @dataclass
 class Gateway:
-    """EPP + Envoy for one InferencePool; `url` is Envoy's listener. Started by start(), stopped by stop()."""
+    """EPP + Envoy for one InferencePool; `url` is Envoy's listener. Started by start(), stopped by stop().
+    `picker_host`: Envoy alone, asking the picker the operator runs in the cluster (its Service's address, on
+    routing.PICKER_GRPC_PORT) instead of a local EPP."""
 
     pool: str
     namespace: str
@@ -179,6 +182,7 @@ class Gateway:
     picker_metrics_port: int = field(default_factory=free_port)
     hold_seconds: int | None = None  # a pool that scales to zero: the picker holds requests (flow control)
     targets_dir: Path | None = None  # Prometheus's file_sd directory: the picker registers there when set
+    picker_host: str | None = None
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -211,12 +215,16 @@ class Gateway:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / routing.PICKER_CONFIG_FILE).write_text(routing.picker_config_text(self.hold_seconds))
         envoy_yaml = self.workdir / "envoy.json"
-        envoy_yaml.write_text(json.dumps(envoy_config(self.listen_port, self.admin_port, self.picker_port)))
+        if self.picker_host is not None:  # the operator's picker, in the cluster
+            self.picker_port = routing.PICKER_GRPC_PORT
+        picker = (self.picker_port, self.picker_host or "127.0.0.1")
+        envoy_yaml.write_text(json.dumps(envoy_config(self.listen_port, self.admin_port, *picker)))
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "NAMESPACE": self.namespace, "POD_NAME": "epp-local"}
-        with open(self.picker_log, "w") as log:
-            self.procs.append(
-                subprocess.Popen([str(self.bin_dir / "epp"), *self.picker_args()], stdout=log, stderr=log, env=env)
-            )
+        if self.picker_host is None:
+            with open(self.picker_log, "w") as log:
+                self.procs.append(
+                    subprocess.Popen([str(self.bin_dir / "epp"), *self.picker_args()], stdout=log, stderr=log, env=env)
+                )
         with open(self.envoy_log, "w") as log:
             envoy = [
                 str(self.bin_dir / "envoy"),
@@ -255,7 +263,7 @@ class Gateway:
             self.check_alive()
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/ready", timeout=2) as r:
-                    if r.status == 200 and listening(self.picker_port):
+                    if r.status == 200 and (self.picker_host is not None or listening(self.picker_port)):
                         return
             except (OSError, urllib.error.URLError):
                 pass
@@ -304,12 +312,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", required=True, help="the InferencePool's name (the LLMServing's)")
     parser.add_argument("--port", type=int, default=0, help="Envoy's listener on 127.0.0.1 (default: a free port)")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""), help="default: $KUBECONFIG")
+    parser.add_argument(
+        "--picker-host", help="Envoy alone, asking the picker the operator runs (spec.routing.picker) at this address"
+    )
     args = parser.parse_args(argv)
     missing = missing_artefacts(routing_bin_dir())
     if missing:
         parser.error(f"run `make routing` first: missing {', '.join(missing)}")
     workdir = Path(tempfile.mkdtemp(prefix="ovserve-gateway-"))
-    gw = Gateway(pool=args.pool, namespace=args.namespace, kubeconfig=Path(args.kubeconfig), workdir=workdir)
+    gw = Gateway(
+        pool=args.pool,
+        namespace=args.namespace,
+        kubeconfig=Path(args.kubeconfig),
+        workdir=workdir,
+        picker_host=args.picker_host,
+    )
     if args.port:
         gw.listen_port = args.port
     stopping = False

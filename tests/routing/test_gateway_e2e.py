@@ -135,8 +135,8 @@ def start_serving(cluster, ns: str, name: str, spec: dict, replicas: int, rt_ope
 
 
 @contextlib.contextmanager
-def open_gateway(cluster, ns: str, pool: str, workdir, request) -> Iterator[Gateway]:
-    gw = Gateway(pool=pool, namespace=ns, kubeconfig=cluster.kubeconfig, workdir=workdir)
+def open_gateway(cluster, ns: str, pool: str, workdir, request, picker_host: str | None = None) -> Iterator[Gateway]:
+    gw = Gateway(pool=pool, namespace=ns, kubeconfig=cluster.kubeconfig, workdir=workdir, picker_host=picker_host)
     gw.start()
     try:
         # the picker has read the pool and scraped every pod: a request goes through. A failure says why (the
@@ -529,11 +529,12 @@ def picker_metrics(cluster, ns: str, name: str) -> str:
 
 
 def test_the_operators_picker_runs_in_the_cluster(
-    cluster, rt_ns, rt_operator, pool_crd, project_image, models, epp_image
+    cluster, rt_ns, rt_operator, pool_crd, project_image, models, epp_image, tmp_path_factory, request
 ):
     """spec.routing.picker: the operator creates the picker's ServiceAccount, Role, RoleBinding, ConfigMap,
     Deployment and Service; the picker (GIE's EPP in the local image) becomes Ready with only its Role's rights,
-    reads the pool and scrapes its pod through the `openvino` engine config; status.routing says pickerReady; its
+    reads the pool and scrapes its pod through the `openvino` engine config; status.routing says pickerReady; Envoy
+    asking it through its Service routes a streamed chat (Envoy forwards only to the pod the picker names); its
     ConfigMap deleted by hand comes back."""
     spec = {"model": pvc_model("tiny-llm"), "replicas": 1, "routing": {"picker": {}}}
     cluster.apply(llms(PICKED, spec), rt_ns)
@@ -562,6 +563,11 @@ def test_the_operators_picker_runs_in_the_cluster(
         dep = cluster.get("deployment", routing.picker_name(PICKED), rt_ns)
         assert dep["spec"]["template"]["spec"]["serviceAccountName"] == routing.picker_name(PICKED)
         assert "ovserve.dev/llmserving" not in dep["metadata"]["labels"]  # never cached as the runtime's
+        picker_ip = cluster.get("service", routing.picker_name(PICKED), rt_ns)["spec"]["clusterIP"]
+        workdir = tmp_path_factory.mktemp("gw-picked")
+        with open_gateway(cluster, rt_ns, PICKED, workdir, request, picker_host=picker_ip) as gw:
+            code, raw = _chat(gw.url, "tell me a story", stream=True, max_tokens=32, model=PICKED)
+        assert code == 200 and raw.rstrip().endswith(b"data: [DONE]"), raw[-500:]
 
         config = routing.picker_name(PICKED)
         before = cluster.get("configmap", config, rt_ns)["metadata"]["uid"]
