@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import compilecache
-from .report import CacheState, StartupReport, Versions
+from .report import CacheState, Reason, StartupReport, Versions
 
 log = logging.getLogger("ovserve.startup")
 
@@ -75,9 +75,14 @@ def load(
     opts: Any, flags: Any, versions: Versions, load_fn: Callable[..., Any], *args: Any
 ) -> tuple[Any, StartupReport]:
     """(what load_fn returned, the start report). `opts`: loader.LoadOptions; `flags`: RuntimeFlags."""
-    read_s, weight_bytes = read_weights(opts.model_path)
-    log.info("weights read in %.2fs (%d MiB)", read_s, weight_bytes >> 20)
-    if not flags.cache_dir:
+    try:
+        read_s, weight_bytes = read_weights(opts.model_path)
+        log.info("weights read in %.2fs (%d MiB)", read_s, weight_bytes >> 20)
+        digest = compilecache.digest_of(compilecache.model_files(opts.model_path)) if flags.cache_dir else None
+    except OSError as exc:  # a missing or unreadable model: the loader says what is wrong with it
+        log.info("model files not readable (%s); the loader reports it", exc)
+        read_s, weight_bytes, digest = None, 0, None
+    if digest is None:
         run = with_cache_dir(opts, None)
         loaded = load_fn(run, *args)
         return loaded, _report(read_s, run.phases, CacheState.OFF)
@@ -85,7 +90,7 @@ def load(
         versions.openvino,
         versions.openvinoGenai,
         opts.device,
-        compilecache.digest_of(compilecache.model_files(opts.model_path)),
+        digest,
         {k: v for k, v in opts.properties.items() if k != CACHE_PROPERTY}
         | opts.scheduler.properties()
         | {"pipelineType": str(opts.pipeline_type)},
@@ -102,6 +107,9 @@ def load(
         loaded = load_fn(run, *args)
     except Exception as exc:
         entry.finish(False, None)
+        report = getattr(exc, "report", None)
+        if report is not None and report.reason != Reason.MODEL_LOAD_FAILED:
+            raise  # refused for what the model or the request is (not found, no PagedAttention, ...): not the cache
         message = f"{compilecache.BYPASS_FAILED}: the load with the cache failed ({str(exc).strip()[-300:]})"
         log.warning("%s; loading again without the cache", message)
         run = with_cache_dir(opts, None)
@@ -116,7 +124,7 @@ def load(
 
 
 def _report(
-    read_s: float,
+    read_s: float | None,
     ph: Phases,
     cache: CacheState,
     key: str | None = None,

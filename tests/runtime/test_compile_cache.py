@@ -5,9 +5,13 @@ and the start phases are in /v1/status (issue 42)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from .conftest import Server
+import pytest
+from ovserve_runtime.report import RuntimeReport
+
+from .conftest import Server, free_port, runtime_cmd, runtime_env
 
 
 def _start(server_factory, model: Path, cache: Path, *args: str) -> tuple[Server, dict]:
@@ -76,3 +80,23 @@ def test_without_cache_dir_the_phases_are_reported(cb_server):
     st = cb_server.status()["startup"]
     assert st["cache"] == "off" and st["cacheKey"] is None, st
     assert st["compileSeconds"] > 0 and st["firstTokenSeconds"] > 0, st
+
+
+@pytest.mark.parametrize(
+    ("model", "ptype", "reason"),
+    [("does-not-exist", "AUTO", "ModelNotFound"), ("tiny-llm-nosdpa", "LM_CB", "PagedAttentionNotSupported")],
+)
+def test_a_refusal_with_the_cache_is_the_models_and_not_retried(tiny_models, tmp_path, model, ptype, reason):
+    args = ["--host", "127.0.0.1", "--port", str(free_port()), "--model-path", str(tiny_models / model)]
+    args += ["--pipeline-type", ptype, "--cache-dir", str(tmp_path / "cache"), "--termination-log", "/dev/null"]
+    proc = subprocess.run(
+        runtime_cmd(*args),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=runtime_env(),
+    )
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    report = RuntimeReport.from_text(proc.stderr)
+    assert report is not None and report.pipeline.reason == reason, proc.stderr[-3000:]
+    assert "without the cache" not in proc.stderr, proc.stderr[-3000:]
