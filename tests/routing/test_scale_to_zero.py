@@ -5,7 +5,8 @@ and scales back to one, and every held request is answered once the pod is Ready
 
 - status reads ScaledToZero (READY 0/0, the Autoscaling condition IdleAtZero, not a failure), then Activating while
   the first pod starts (a Normal Event each), then Ready;
-- 8 concurrent first requests, all answered (none refused, none lost), their wait printed;
+- 8 concurrent first requests, all answered (none refused, none lost), their wait printed, with what the activated
+  pod's start reused of OpenVINO's compiled-model cache on the node (spec.cache node; status.startup);
 - a serving asking for minReplicas 0 without routing is refused by the CRD's rule, with the reason.
 
 The picker and Envoy run as local processes in the cluster's network namespace (tests/routing/gateway.py), the
@@ -15,10 +16,13 @@ picker registered with the cluster's Prometheus through its file_sd directory (h
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from ovserve_operator import routing
@@ -47,14 +51,23 @@ if missing := missing_artefacts(routing_bin_dir()):
 
 @pytest.fixture(scope="module")
 def zero_ns(cluster, crd):
-    ns = make_namespace(cluster, "t-zero")
+    ns = make_namespace(cluster, "t-zero", psa="privileged")  # hostPath volumes: the node's compiled-model cache
     yield ns
     cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 @pytest.fixture(scope="module")
-def zero_operator(cluster, zero_ns, addons, tmp_path_factory):  # noqa: F811 (addons: a fixture)
-    env = {"OVSERVE_ROUTING": "true", "OVSERVE_PROMETHEUS_URL": addons}
+def cache_root():
+    root = Path("/var/tmp") / f"ovserve-zero-cache-{uuid.uuid4().hex[:6]}"
+    root.mkdir()
+    os.chmod(root, 0o1777)  # the operator's root, provisioned writable for the runtime's UID
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def zero_operator(cluster, zero_ns, addons, cache_root, tmp_path_factory):  # noqa: F811 (addons: a fixture)
+    env = {"OVSERVE_ROUTING": "true", "OVSERVE_PROMETHEUS_URL": addons, "OVSERVE_CACHE_HOST_ROOT": str(cache_root)}
     lease = f"ovserve-operator-{uuid.uuid4().hex[:6]}"
     op = OperatorProcess(zero_ns, "op-zero", lease, tmp_path_factory.mktemp("op"), env)
     cluster.wait_for(lambda: (op.health() or {}).get("kopf") or not op.alive(), 60, "operator leader")
@@ -106,6 +119,7 @@ def test_idle_to_zero_held_requests_answered_and_back_to_zero(cluster, zero_ns, 
     spec = {
         "model": pvc_model("tiny-llm"),
         "routing": {},
+        "cache": {"mode": "node", "maxSizeGB": 1},
         "autoscaling": {
             "minReplicas": 0,
             "maxReplicas": 1,
@@ -174,7 +188,9 @@ def test_idle_to_zero_held_requests_answered_and_back_to_zero(cluster, zero_ns, 
         ).stdout
         seen = {e["reason"] for e in json.loads(reasons)["items"]}
         assert {"ScaledToZero", "Activating"} <= seen, seen
-        _wait(cluster, zero_ns, zero_operator, "Ready", 60, gw)
+        back = _wait(cluster, zero_ns, zero_operator, "Ready", 60, gw)
+        # what the activated pod's start reused of the node's compiled-model cache (printed: a figure, not a rule)
+        print(f"first pod's start: {first.get('startup')}\nactivated pod's start: {back.get('startup')}")
 
         # idle again: back to zero
         _wait(cluster, zero_ns, zero_operator, "ScaledToZero", ZERO_WAIT_S, gw)
