@@ -253,10 +253,17 @@ def scaled_to_zero(f: Facts) -> Finding | None:
     )
 
 
+# the kubelet's waiting reasons of a pod that is just starting: Activating covers them; any other (an image pull
+# failing, a config error) is named by container_waiting instead
+_STARTING = frozenset({R.CONTAINER_CREATING, R.POD_INITIALIZING})
+
+
 def activating(f: Facts) -> Finding | None:
-    """A serving that was at zero starts its first replica again: Activating, not Loading (the earlier rules name a
-    failure of the starting pod)."""
+    """A serving that was at zero starts its first replica again: Activating, not Loading. Failures, an
+    unschedulable pod and a waiting reason other than a normal start are named by their own rules instead."""
     if not (f.scales_to_zero and f.was_idle and f.ready_replicas == 0 and f.desired > 0):
+        return None
+    if any(p.waiting is not None and p.waiting[0] not in _STARTING for p in f.current):
         return None
     return (
         R.ACTIVATING,
@@ -489,11 +496,11 @@ READY_CHAIN: Chain = (
     (FALSE, init_broken),
     (FALSE, container_broken),
     (TRUE, all_ready),
-    (FALSE, activating),
     (FALSE, rescheduled),
     (UNKNOWN, readback_failed),
     (FALSE, pods_refused),
     (FALSE, unschedulable),
+    (FALSE, activating),
     (FALSE, no_pods),
     (FALSE, downloading),
     (FALSE, init_waiting),
