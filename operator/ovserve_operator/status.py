@@ -571,9 +571,13 @@ def same(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None, ignore: tuple
 
 
 def status_patch(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A merge patch that turns `old` into `new`: keys of old that new lacks are set to null."""
+    """A merge patch that turns `old` into `new`: keys of old that new lacks are set to null, in nested objects too
+    (a merge patch merges objects: status.routing.picker would stay after a picker is turned off); lists are
+    replaced whole."""
     patch: dict[str, Any] = dict(new)
-    for key in old or {}:
+    for key, was in (old or {}).items():
         if key not in patch:
             patch[key] = None
+        elif isinstance(was, Mapping) and isinstance(patch[key], Mapping):
+            patch[key] = status_patch(patch[key], was)
     return patch

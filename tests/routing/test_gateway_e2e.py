@@ -578,5 +578,27 @@ def test_the_operators_picker_runs_in_the_cluster(
             return bool(cm) and cm["metadata"]["uid"] != before
 
         cluster.wait_for(back, POOL_WAIT_S, "the picker's ConfigMap re-created")
+
+        # turned off: the picker's objects go (status said the operator ran one), then the pool with routing
+        def patched(routing_spec: dict) -> None:
+            body = json.dumps({"spec": {"routing": routing_spec}})
+            cluster.kubectl("patch", "llmserving", PICKED, "-n", rt_ns, "--type", "merge", "-p", body)
+
+        def gone(*kinds: str) -> list[str]:
+            left = [k for k in kinds if cluster.get(k, routing.picker_name(PICKED), rt_ns) is not None]
+            return [] if left else ["gone"]
+
+        patched({"picker": {"enabled": False}})
+        picker_kinds = ("deployment", "service", "configmap", "serviceaccount", "role", "rolebinding")
+        cluster.wait_for(lambda: gone(*picker_kinds), POOL_WAIT_S, "the picker's objects deleted")
+        cluster.wait_for(
+            lambda: "picker" not in (status(cluster, rt_ns, PICKED).get("routing") or {"picker": 1}),
+            POOL_WAIT_S,
+            "status.routing without the picker",
+        )
+        assert cluster.get("inferencepool", PICKED, rt_ns) is not None
+        patched({"enabled": False})
+        cluster.wait_for(lambda: cluster.get("inferencepool", PICKED, rt_ns) is None, POOL_WAIT_S, "the pool deleted")
+        cluster.wait_for(lambda: "routing" not in status(cluster, rt_ns, PICKED), POOL_WAIT_S, "no status.routing")
     finally:
         cluster.kubectl("delete", "llmserving", PICKED, "-n", rt_ns, "--wait=false", check=False)

@@ -620,6 +620,11 @@ def test_invalid_spec_status():
         ({"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": None}),
         ({"a": 1, "c": None}, None, {"a": 1, "c": None}),
         ({"a": 1}, {}, {"a": 1}),
+        # nested objects merge: a key gone from one is nulled (status.routing.picker after the picker is off)
+        ({"r": {"pool": "p"}}, {"r": {"pool": "p", "picker": "p-epp"}}, {"r": {"pool": "p", "picker": None}}),
+        ({"r": {"x": {"y": 1}}}, {"r": {"x": {"y": 1, "z": 2}}}, {"r": {"x": {"y": 1, "z": None}}}),
+        ({"c": [1]}, {"c": [1, 2]}, {"c": [1]}),  # lists are replaced whole
+        ({"r": 1}, {"r": {"a": 1}}, {"r": 1}),
     ],
 )
 def test_status_patch(new, old, patch):
