@@ -345,6 +345,8 @@ def children_current(o: Observed, desired: Desired) -> bool:
         return False
     if desired.stale or not {obj["kind"] for obj in desired.objects} <= set(CHILDREN):
         return False
+    if (o.stored or {}).get("routing"):  # routing turned off while no operator ran: the apply deletes the pool
+        return False
     for obj in desired.objects:
         live = o.live.get(obj["kind"])
         if live is None or drift.differences(obj, live):

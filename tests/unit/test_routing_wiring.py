@@ -433,3 +433,15 @@ def test_picker_drift_names_what_is_missing_or_edited():
     assert routing_io.picker_drift(desired, {**live_picker(), "Service": None}) == ["Service: missing"]
     edited = routing_io.picker_drift(desired, live_picker(ConfigMap={"data": {"epp-config.yaml": "{}"}}))
     assert edited and all(p.startswith("ConfigMap: data") for p in edited)
+
+
+def test_a_new_leader_applies_when_status_says_routing_ran_and_the_spec_has_none():
+    """Routing turned off while no operator ran: the children are otherwise as rendered, but status still names
+    the pool, so a new leader takes the full apply (which deletes the pool) instead of the unchanged shortcut."""
+    meta = {"name": NAME, "namespace": NS, "uid": UID, "generation": GEN, "resourceVersion": "7"}
+    ran = {"routing": {"reason": reasons.POOL_READY, "pool": NAME, "endpoints": 2}}
+    for stored, want in (({}, Apply.UNCHANGED), (ran, Apply.GENERATION)):
+        obs = observed(PLAIN)
+        snap = {**obs.snapshot, "metadata": meta, "status": stored}
+        obs = Observed(snap, SETTINGS, parse(snap), stored, live=obs.live)
+        assert begin(obs, Memory(readback=ReadbackMemory(30.0), uid=UID), NOW).apply is want, stored
