@@ -27,6 +27,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from ..engine import Events
 from ..openai.errors import ApiError, too_large
 from ..report import Task
+from ..tracing import Finished, RequestTracer
 from .state import ServingState
 
 STREAMING = "ovserve.streaming"  # request key: set once an SSE response has been sent its headers
@@ -129,10 +130,8 @@ class Serving:
         finally:
             self._trace(tracer, request, arrived)
 
-    def _trace(self, tracer, request: web.Request, arrived: float) -> None:
+    def _trace(self, tracer: RequestTracer, request: web.Request, arrived: float) -> None:
         """The spans of this request (tracing.py); a failure here is logged, never the request's."""
-        from ..tracing import Finished
-
         try:
             status, err = request.get(OUTCOME, ("499", None))  # not counted: cancelled before an answer
             work, context = request.get(PREPARED, (None, None))
