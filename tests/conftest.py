@@ -8,15 +8,17 @@ the openai client).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -240,6 +242,19 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, f"rep_{rep.when}", rep)
+
+
+@contextlib.contextmanager
+def node_cache_root(prefix: str) -> Iterator[Path]:
+    """A root for spec.cache mode node (the operator's OVSERVE_CACHE_HOST_ROOT) on this one-node cluster's host,
+    provisioned writable for the runtime's UID as an admin would; removed afterwards."""
+    root = Path("/var/tmp") / f"{prefix}-{uuid.uuid4().hex[:6]}"
+    root.mkdir()
+    os.chmod(root, 0o1777)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def make_namespace(cluster: Any, prefix: str, psa: str = "restricted") -> str:

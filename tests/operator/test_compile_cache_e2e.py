@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import shutil
 import uuid
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_namespace
+from tests.conftest import make_namespace, node_cache_root
 
 from .conftest import OperatorProcess
 from .test_operator_e2e import llms, status
@@ -34,11 +31,8 @@ def namespace(cluster, crd, request):
 
 @pytest.fixture
 def cache_root():
-    root = Path("/var/tmp") / f"ovserve-cache-e2e-{uuid.uuid4().hex[:6]}"
-    root.mkdir()
-    os.chmod(root, 0o1777)  # the operator's root, provisioned writable for the runtime's UID
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    with node_cache_root("ovserve-cache-e2e") as root:
+        yield root
 
 
 def _to_ready(cluster, namespace: str, pod: str) -> int | None:

@@ -16,19 +16,16 @@ picker registered with the cluster's Prometheus through its file_sd directory (h
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from ovserve_operator import routing
 
 from tests.autoscaling.conftest import addons, prom_query  # noqa: F401 (a fixture, used by name)
-from tests.conftest import STATE_DIR, make_namespace
+from tests.conftest import STATE_DIR, make_namespace, node_cache_root
 from tests.operator.conftest import OperatorProcess
 from tests.operator.test_operator_e2e import llms, models_claim, pvc_model, status
 
@@ -58,11 +55,8 @@ def zero_ns(cluster, crd):
 
 @pytest.fixture(scope="module")
 def cache_root():
-    root = Path("/var/tmp") / f"ovserve-zero-cache-{uuid.uuid4().hex[:6]}"
-    root.mkdir()
-    os.chmod(root, 0o1777)  # the operator's root, provisioned writable for the runtime's UID
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    with node_cache_root("ovserve-zero-cache") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")
