@@ -2,7 +2,7 @@
 and write the ScaledObject the render produced. What to write and what status says is decided elsewhere:
 `decide` (pure) from `autoscaling` (pure).
 
-- `Keda`: whether ScaledObjects are served (KEDA's CRD), asked at most every SERVED_TTL_S (installing KEDA later
+- `Keda`: whether ScaledObjects are served (KEDA's CRD), asked at most every kube.SERVED_TTL_S (installing KEDA later
   is noticed). One per controller.
 - `read`: on every sync pass (level-triggered; ScaledObjects are not watched, since KEDA may be absent or not
   granted): the live ScaledObject and its HPA, or why they cannot be read. Reads only.
@@ -18,38 +18,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import autoscaling, ownership, scaledobject
-from .kube import Kube, error_text, is_refusal
+from .kube import Kube, ServedCache, error_text, is_refusal
 
 log = logging.getLogger(__name__)
 
-SERVED_TTL_S = 15.0
 REFUSED_RETRY_S = 60.0  # a refused ScaledObject is tried again this often (RBAC or a webhook may change)
 REAPPLY_AFTER_S = 30.0  # a ScaledObject edited by hand is reverted at most this often
 NOT_OURS = "NameConflict"
 
 
-class Keda:
-    """Whether KEDA's ScaledObjects are served, cached for SERVED_TTL_S (thread-safe: read from the io pool)."""
+class Keda(ServedCache):
+    """Whether KEDA's ScaledObjects are served (kube.ServedCache)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._served: tuple[float, bool] | None = None
-
-    def served(self, kube: Kube) -> bool:
-        with self._lock:
-            if self._served is not None and self.clock() - self._served[0] < SERVED_TTL_S:
-                return self._served[1]
-        served = kube.served(f"{scaledobject.GROUP}/v1alpha1", scaledobject.PLURAL)
-        with self._lock:
-            self._served = (self.clock(), served)
-        return served
+        super().__init__(f"{scaledobject.GROUP}/v1alpha1", scaledobject.PLURAL, clock)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,8 @@ import json
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from . import drift
@@ -240,3 +242,25 @@ def error_text(exc: BaseException) -> str:
         except (ValueError, AttributeError):
             pass
     return str(exc)
+
+
+SERVED_TTL_S = 15.0  # an optional API (KEDA's, GIE's) installed later is noticed within this
+
+
+class ServedCache:
+    """Whether one optional API (a CRD another project installs) is served, asked at most every SERVED_TTL_S
+    (thread-safe: read from the io pool). One per API per controller."""
+
+    def __init__(self, group_version: str, plural: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.group_version, self.plural, self.clock = group_version, plural, clock
+        self._lock = threading.Lock()
+        self._served: tuple[float, bool] | None = None
+
+    def served(self, kube: Kube) -> bool:
+        with self._lock:
+            if self._served is not None and self.clock() - self._served[0] < SERVED_TTL_S:
+                return self._served[1]
+        served = kube.served(self.group_version, self.plural)
+        with self._lock:
+            self._served = (self.clock(), served)
+        return served

@@ -3,7 +3,7 @@ write the one the render produced, the way autoscaling_io does KEDA's ScaledObje
 status.routing says is decided elsewhere: `decide` (pure) from `routing.pool_status` (pure).
 
 - `Gie`: whether InferencePools are served (the Gateway API Inference Extension's CRD), asked at most every
-  SERVED_TTL_S (installing the CRD later is noticed). One per controller. Not served: status.routing says
+  kube.SERVED_TTL_S (installing the CRD later is noticed). One per controller. Not served: status.routing says
   RoutingUnavailable and the serving runs behind its Service (never a silent skip).
 - `read`: on every sync pass of a serving with spec.routing (level-triggered; InferencePools are not watched,
   since the CRD may be absent or not granted): the live pool, or why it cannot be used, and with
@@ -19,17 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import drift, ownership, routing
-from .kube import Kube, error_text, is_refusal
+from .kube import Kube, ServedCache, error_text, is_refusal
 
 log = logging.getLogger(__name__)
 
-SERVED_TTL_S = 15.0
 REFUSED_RETRY_S = 60.0  # a refused pool is tried again this often (RBAC or a webhook may change)
 REAPPLY_AFTER_S = 30.0  # a pool edited by hand is reverted at once, then at most this often
 MISSING_REWRITE_AFTER_S = 5.0  # a pool deleted by hand is re-created at most this often
@@ -46,22 +44,11 @@ PICKER_KINDS: dict[str, tuple[str, str | None]] = {
 }
 
 
-class Gie:
-    """Whether InferencePools are served, cached for SERVED_TTL_S (thread-safe: read from the io pool)."""
+class Gie(ServedCache):
+    """Whether InferencePools are served (kube.ServedCache)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._served: tuple[float, bool] | None = None
-
-    def served(self, kube: Kube) -> bool:
-        with self._lock:
-            if self._served is not None and self.clock() - self._served[0] < SERVED_TTL_S:
-                return self._served[1]
-        served = kube.served(routing.POOL_API_VERSION, routing.POOL_PLURAL)
-        with self._lock:
-            self._served = (self.clock(), served)
-        return served
+        super().__init__(routing.POOL_API_VERSION, routing.POOL_PLURAL, clock)
 
 
 @dataclasses.dataclass(frozen=True)
