@@ -160,3 +160,44 @@ def test_an_unsampled_parent_is_followed(traced):
     post(srv.url + "/v3/chat/completions", body, {"traceparent": f"00-{marker}-{PARENT_ID}-01"})
     assert receiver.wait(lambda spans: [s for s in spans if s.trace_id.hex() == marker])
     assert not [s for s in receiver.spans if s.trace_id.hex() == trace_id]
+
+
+def test_speculative_acceptance_per_request_matches_the_engines_counters(tiny_models, server_factory):
+    """Prompt lookup on tiny-llm: the span's accepted tokens are the request's share of the engine's
+    ovserve_speculative_accepted_tokens_total (one request at a time), and its decode steps of ..._steps_total."""
+    receiver = Receiver()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+    try:
+        srv = server_factory(
+            tiny_models / "tiny-llm", "--prompt-lookup", "--otlp-traces-endpoint", f"http://127.0.0.1:{receiver.port}"
+        )
+    finally:
+        mp.undo()
+    try:
+
+        def counters() -> tuple[float, float]:
+            name = "ovserve_speculative_{}_total"
+            return srv.metric(name.format("accepted_tokens")), srv.metric(name.format("steps"))
+
+        before = counters()
+        words = " ".join(["alpha beta gamma delta"] * 8)  # n-grams to look up
+        body = {"model": "tiny-llm", "prompt": words, "max_tokens": 24, "ignore_eos": True, "temperature": 0}
+        trace_id = "8bf92f3577b34da6a3ce929d0e0e4730"
+        code, answer = post(srv.url + "/v3/completions", body, {"traceparent": f"00-{trace_id}-{PARENT_ID}-01"})
+        assert code == 200, answer
+        spans = receiver.wait(
+            lambda spans: [s for s in spans if s.trace_id.hex() == trace_id and s.parent_span_id.hex() == PARENT_ID]
+        )
+        a = attrs(spans[0])
+        after = counters()
+        assert a["ovserve.speculative.mode"] == "promptLookup", a
+        assert a["ovserve.speculative.accepted_tokens"] == after[0] - before[0], (a, before, after)
+        assert a["ovserve.speculative.decode_steps"] == after[1] - before[1], (a, before, after)
+        assert (
+            a["gen_ai.usage.output_tokens"]
+            == 24
+            == 1 + a["ovserve.speculative.decode_steps"] + a["ovserve.speculative.accepted_tokens"]
+        ), a
+    finally:
+        receiver.server.shutdown()

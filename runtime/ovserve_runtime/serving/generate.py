@@ -24,6 +24,7 @@ from ..openai.errors import ApiError, event_error
 from ..openai.grammar import GrammarError
 from ..openai.request import ChatRequest, CompletionRequest
 from ..openai.stops import StopText
+from ..report import SpeculativeMode
 from . import prepare
 from .base import INLINE_BODY_BYTES, STREAMING, Serving
 from .output import StreamOutput, collect
@@ -112,6 +113,14 @@ class GenerationServing(Serving):
         out = {"gen_ai.usage.input_tokens": context[1], "gen_ai.usage.output_tokens": greq.generated}
         if greq.finish:
             out["gen_ai.response.finish_reasons"] = [greq.finish]
+        mode = self.state.report.speculative.resolved
+        if mode != SpeculativeMode.NONE and greq.first_token_at is not None:
+            # one token delivery per pipeline step: the first is the prefill's token, each later one a decode step
+            # that yielded 1 + the accepted proposals (the engine's ovserve_speculative_* counters, per request)
+            steps = len(greq.token_gaps)
+            out["ovserve.speculative.mode"] = str(mode)
+            out["ovserve.speculative.decode_steps"] = steps
+            out["ovserve.speculative.accepted_tokens"] = max(0, greq.generated - 1 - steps)
         return out
 
     async def _answer(self, greq, plan, rid: str, prompt_tokens: int) -> dict:
