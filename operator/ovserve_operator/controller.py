@@ -47,6 +47,7 @@ from . import (
     rolloutbudget,
     routing_io,
     statusqueue,
+    tracing,
 )
 from . import spec as api
 from .health import HealthState
@@ -71,6 +72,11 @@ class Controller:
     def __init__(self, settings: Settings, kube: Kube, health: HealthState | None = None) -> None:
         self.settings, self.kube = settings, kube
         self.health = health if health is not None else HealthState()
+        self.tracer: tracing.NoTrace = (
+            tracing.ReconcileTracer(settings.otlp_traces_endpoint, settings.trace_sample_ratio, settings.identity)
+            if settings.otlp_traces_endpoint
+            else tracing.NO_TRACE
+        )
         # API calls run in threads (the client is synchronous): applies in a pool of their own, so that hundreds
         # of creates at once never hold back the status writes (with one shared pool, the default executor's
         # min(32, cores + 4) threads, statuses waited past their 60 s bound during bulk loads)
@@ -290,17 +296,22 @@ class Controller:
     async def sync(self, snapshot: Mapping[str, Any]) -> bool:
         """The sync pass of one LLMServing (a cached snapshot): observe, decide, act. True when status was patched."""
         meta = snapshot["metadata"]
-        memory = self.memories.of((meta["namespace"], meta["name"]), meta.get("uid") or "")
-        observed = observe.cached(self, snapshot, memory)  # no I/O: a generation's apply never waits for the pods
-        start = decide.begin(observed, memory, _now())
-        applying = act.begin(self, start, memory)
-        try:
-            observed = await observe.read(self, observed, memory)  # the pods' reports, their Events, KEDA
-            plan = decide.decide(observed, memory, _now(), start)
-            return await act.act(self, plan, memory)
-        finally:
-            if applying is not None:
-                await applying
+        trace = self.tracer
+        with trace.reconcile(meta):
+            memory = self.memories.of((meta["namespace"], meta["name"]), meta.get("uid") or "")
+            observed = observe.cached(self, snapshot, memory)  # no I/O: a generation's apply never waits for pods
+            start = decide.begin(observed, memory, _now())
+            applying = act.begin(self, start, memory)
+            try:
+                with trace.step(tracing.OBSERVE):
+                    observed = await observe.read(self, observed, memory)  # the pods' reports, their Events, KEDA
+                with trace.step(tracing.DECIDE):
+                    plan = decide.decide(observed, memory, _now(), start)
+                with trace.step(tracing.ACT):
+                    return await act.act(self, plan, memory)
+            finally:
+                if applying is not None:
+                    await applying
 
     def forget(self, key: Key) -> None:
         """A deleted LLMServing: drop everything remembered of it."""
@@ -354,6 +365,7 @@ class Controller:
         self.task = None
         for pool in (self.apply_pool, self.io_pool):
             pool.shutdown(wait=False)
+        await asyncio.get_running_loop().run_in_executor(None, self.tracer.close)  # queued spans leave (bounded)
 
     def _start_reflectors(self) -> list[reflector.Reflector]:
         """One reflector per kind (the LLMServings and each child kind) and watched namespace (one for all

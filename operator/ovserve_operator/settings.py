@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from ovserve_runtime import docblock, sources
+from ovserve_runtime import flags as runtime_flags
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .routing import DEFAULT_PICKER_IMAGE
@@ -277,6 +278,17 @@ class Settings(BaseModel):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = _env(
         "INFO", "OVSERVE_LOG_LEVEL", "`DEBUG`, `INFO`, `WARNING`, `ERROR`"
+    )
+    otlp_traces_endpoint: str | None = _env(
+        None,
+        "OVSERVE_OTLP_TRACES_ENDPOINT",
+        "OpenTelemetry traces of the sync passes (reconcile / observe / decide / act) to this OTLP/HTTP collector, "
+        "e.g. http://jaeger-collector.observability:4318 (docs/observability.md)",
+        shown="unset: off",
+        pattern=runtime_flags.OTLP_URL_PATTERN,
+    )
+    trace_sample_ratio: float = _env(
+        1.0, "OVSERVE_TRACE_SAMPLE_RATIO", "the share of sync passes traced", ge=0, le=1, allow_inf_nan=False
     )
 
     @field_validator(*LIST_FIELDS, mode="before")

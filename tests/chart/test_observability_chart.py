@@ -71,3 +71,13 @@ def test_dashboard_configmap_holds_the_dashboard(tmp_path):
         assert panel["datasource"]["uid"] == "${datasource}" and panel["targets"], panel["title"]
         for target in panel["targets"]:
             assert 'namespace="$namespace"' in target["expr"], (panel["title"], target["expr"])
+
+
+def test_operator_tracing_values_become_its_environment(tmp_path):
+    def env(docs: list[dict]) -> dict[str, str]:
+        container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+    assert "OVSERVE_OTLP_TRACES_ENDPOINT" not in env(render(None, tmp_path))
+    got = env(render({"tracing": {"endpoint": "http://jaeger:4318", "sampleRatio": 0.25}}, tmp_path))
+    assert got["OVSERVE_OTLP_TRACES_ENDPOINT"] == "http://jaeger:4318" and got["OVSERVE_TRACE_SAMPLE_RATIO"] == "0.25"

@@ -2,7 +2,9 @@
 hack/build-jaeger.sh) runs as a local process in the cluster's network namespace, on the node address the pods
 reach; an LLMServing with spec.observability.tracing pointing at its OTLP/HTTP receiver; a chat completion with a
 W3C traceparent through the serving's Service; the trace is found in Jaeger's query API with the runtime's spans
-(the request, prepare, queue, generate) and attributes, and without the prompt's text."""
+(the request, prepare, queue, generate) and attributes, and without the prompt's text. The operator (traced
+through OVSERVE_OTLP_TRACES_ENDPOINT) has its sync passes of the serving there too (reconcile, observe, decide,
+act)."""
 
 from __future__ import annotations
 
@@ -90,7 +92,22 @@ def trace(query_url: str, trace_id: str) -> dict | None:
     return data[0] if data else None
 
 
-def test_a_chat_with_a_traceparent_is_found_in_jaeger(cluster, operator, namespace, runtime, jaeger):  # noqa: F811
+@pytest.fixture
+def traced_operator(start_operator, jaeger):
+    """One operator sending its sync passes' spans to Jaeger, ready to act."""
+    p = start_operator("op-traced", OVSERVE_OTLP_TRACES_ENDPOINT=jaeger[0])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        h = p.health()
+        if h and h.get("role") == "leader" and h.get("kopf"):
+            return p
+        if not p.alive():
+            pytest.fail(f"operator exited {p.proc.returncode}:\n{p.logs()}", pytrace=False)
+        time.sleep(0.3)
+    pytest.fail(f"operator did not become leader:\n{p.logs()}", pytrace=False)
+
+
+def test_a_chat_with_a_traceparent_is_found_in_jaeger(cluster, namespace, runtime, jaeger, traced_operator):  # noqa: F811
     otlp, query_url = jaeger
     spec = {
         "model": pvc_model("tiny-llm"),
@@ -136,3 +153,22 @@ def test_a_chat_with_a_traceparent_is_found_in_jaeger(cluster, operator, namespa
     assert process["serviceName"] == "ovserve-runtime", process
     assert {tag["key"]: tag["value"] for tag in process["tags"]}.get("service.instance.id") == pod["metadata"]["name"]
     assert "marmalade" not in json.dumps(t)
+
+    # the operator's sync passes of this serving
+    def synced():
+        url = f"{query_url}/api/traces?service=ovserve-operator&limit=50&lookback=1h"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            traces = json.loads(r.read())["data"]
+        for t in traces:
+            names = {s["operationName"] for s in t["spans"]}
+            if f"reconcile {namespace}/{NAME}" in names and {"observe", "decide", "act"} <= names:
+                return t
+        return None
+
+    t = cluster.wait_for(synced, 30, f"a traced sync pass of {namespace}/{NAME} in Jaeger ({query_url})")
+    root = next(s for s in t["spans"] if s["operationName"].startswith("reconcile "))
+    tags = {tag["key"]: tag["value"] for tag in root["tags"]}
+    assert tags["k8s.namespace.name"] == namespace and tags["ovserve.llmserving"] == NAME, tags
+    for s in t["spans"]:
+        if s is not root:
+            assert s["references"][0]["spanID"] == root["spanID"], s

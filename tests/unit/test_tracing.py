@@ -4,6 +4,7 @@ absent), the pipeline's."""
 from __future__ import annotations
 
 import pytest
+from ovserve_operator.tracing import object_attributes
 from ovserve_runtime.report import PipelineReport, PipelineType, Reason, RuntimeReport, State
 from ovserve_runtime.tracing import Finished, pipeline_attributes, request_attributes, traces_url
 
@@ -79,3 +80,33 @@ def test_pipeline_attributes_name_the_fallback_only_when_it_happened():
     )
     got = pipeline_attributes(legacy)
     assert got["ovserve.pipeline.fallback_reason"] == "PagedAttentionNotSupported"
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        (
+            {"namespace": "team", "name": "chat", "uid": "u-1", "generation": 3},
+            {
+                "k8s.namespace.name": "team",
+                "ovserve.llmserving": "chat",
+                "ovserve.llmserving.uid": "u-1",
+                "ovserve.llmserving.generation": 3,
+            },
+        ),
+        ({"namespace": "team", "name": "chat"}, {"k8s.namespace.name": "team", "ovserve.llmserving": "chat"}),
+    ],
+    ids=["full", "no-uid"],
+)
+def test_operator_reconcile_attributes(meta, expected):
+    assert object_attributes(meta) == expected
+
+
+def test_operator_tracing_is_off_unless_an_endpoint_is_set():
+    from ovserve_operator.settings import Settings
+
+    assert Settings().otlp_traces_endpoint is None
+    on = Settings(otlp_traces_endpoint="http://jaeger:4318", trace_sample_ratio=0.5)
+    assert (on.otlp_traces_endpoint, on.trace_sample_ratio) == ("http://jaeger:4318", 0.5)
+    with pytest.raises(ValueError):
+        Settings(otlp_traces_endpoint="jaeger:4318")
