@@ -114,6 +114,8 @@ def test_image_user_python_and_pins(cluster, project_image, namespace):
         "aiohttp",
         "prometheus-client",
         "pillow",
+        "opentelemetry-sdk",  # tracing (issue 41): imported only when on, but shipped
+        "opentelemetry-exporter-otlp-proto-http",
     }
     for name in runtime_pins:
         assert facts["versions"][name] == pins[name], (name, facts["versions"][name], pins[name])
