@@ -245,7 +245,8 @@ def test_drain_evicts_and_honours_the_disruption_budget(cluster, node2, ns, base
     )
     cluster.kubectl("rollout", "status", "deployment/drainee", "-n", ns, "--timeout=120s", timeout=150)
     pods = lambda: cluster.get("pods", namespace=ns)["items"]  # noqa: E731
-    drainees = lambda: [p for p in pods() if p["metadata"]["labels"].get("app") == "drainee"]  # noqa: E731
+    # other pods of the namespace may carry no labels at all
+    drainees = lambda: [p for p in pods() if (p["metadata"].get("labels") or {}).get("app") == "drainee"]  # noqa: E731
     (before,) = drainees()
     args = ("--ignore-daemonsets", "--delete-emptydir-data", f"--pod-selector=app=drainee,ovserve.dev/test-ns={ns}")
     try:

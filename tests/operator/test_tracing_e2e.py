@@ -2,9 +2,11 @@
 hack/build-jaeger.sh) runs as a local process in the cluster's network namespace, on the node address the pods
 reach; an LLMServing with spec.observability.tracing pointing at its OTLP/HTTP receiver; a chat completion with a
 W3C traceparent through the serving's Service; the trace is found in Jaeger's query API with the runtime's spans
-(the request, prepare, queue, generate) and attributes, and without the prompt's text. The operator (traced
-through OVSERVE_OTLP_TRACES_ENDPOINT) has its sync passes of the serving there too (reconcile, observe, decide,
-act)."""
+(the request, prepare, queue, generate) and attributes, and without the prompt's text. The same serving has
+spec.routing: a chat through the routing gateway (Envoy and GIE's endpoint picker as local processes,
+tests/routing/gateway.py) keeps its caller's trace, found in Jaeger as a child of the caller's span. The operator
+(traced through OVSERVE_OTLP_TRACES_ENDPOINT) has its sync passes of the serving there too (reconcile, observe,
+decide, act)."""
 
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ import pytest
 
 from tests.conftest import ENV, HACK, run_on_host_network
 from tests.operator.test_operator_e2e import llms, pvc_model, runtime, status  # noqa: F401  (runtime: the models PVC)
+from tests.routing.gateway import Gateway, install_pool_crd
 
 pytestmark = [pytest.mark.cluster]
 
 NODE_IP = "10.245.0.1"  # hack/cluster.sh: the node address, reachable from the pods
 NAME = "traced"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+GATEWAY_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "b7ad6b7169203331"
 PROMPT = "the password is marmalade"
 
@@ -95,7 +99,7 @@ def trace(query_url: str, trace_id: str) -> dict | None:
 @pytest.fixture
 def traced_operator(start_operator, jaeger):
     """One operator sending its sync passes' spans to Jaeger, ready to act."""
-    p = start_operator("op-traced", OVSERVE_OTLP_TRACES_ENDPOINT=jaeger[0])
+    p = start_operator("op-traced", OVSERVE_OTLP_TRACES_ENDPOINT=jaeger[0], OVSERVE_ROUTING="true")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         h = p.health()
@@ -107,12 +111,37 @@ def traced_operator(start_operator, jaeger):
     pytest.fail(f"operator did not become leader:\n{p.logs()}", pytrace=False)
 
 
-def test_a_chat_with_a_traceparent_is_found_in_jaeger(cluster, namespace, runtime, jaeger, traced_operator):  # noqa: F811
+@pytest.fixture
+def routing_parts(cluster) -> None:
+    """The routing gateway's parts (hack/build-routing.sh, cached; `make test` builds them first) and the
+    InferencePool CRD, before the serving asks for its pool."""
+    proc = run_on_host_network(["bash", str(HACK / "build-routing.sh")], timeout=1800)  # the Go module proxy
+    if proc.returncode != 0:
+        pytest.fail(f"hack/build-routing.sh failed:\n{proc.stderr[-4000:]}", pytrace=False)
+    install_pool_crd(cluster)
+
+
+def chat(url: str, traceparent: str | None = None) -> tuple[int, dict]:
+    body = {"model": NAME, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 5, "ignore_eos": True}
+    headers = {"Content-Type": "application/json"}
+    if traceparent is not None:
+        headers["traceparent"] = traceparent
+    req = urllib.request.Request(f"{url}/v3/chat/completions", json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+
+
+@pytest.mark.usefixtures("routing_parts")
+def test_a_chat_with_a_traceparent_is_found_in_jaeger(cluster, namespace, runtime, jaeger, traced_operator, tmp_path):  # noqa: F811
     otlp, query_url = jaeger
     spec = {
         "model": pvc_model("tiny-llm"),
         "resources": {"requests": {"cpu": "100m"}},
         "observability": {"tracing": {"endpoint": otlp}},
+        "routing": {},
     }
     cluster.apply(llms(NAME, spec), namespace)
     st = cluster.wait_for(
@@ -122,14 +151,8 @@ def test_a_chat_with_a_traceparent_is_found_in_jaeger(cluster, namespace, runtim
     command = pod["spec"]["containers"][0].get("args") or pod["spec"]["containers"][0].get("command")
     assert "--otlp-traces-endpoint" in command, command
     svc = cluster.get("service", NAME, namespace)
-    body = {"model": NAME, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 5, "ignore_eos": True}
-    req = urllib.request.Request(
-        f"http://{svc['spec']['clusterIP']}:8000/v3/chat/completions",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json", "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as r:
-        answer = json.loads(r.read())
+    code, answer = chat(f"http://{svc['spec']['clusterIP']}:8000", f"00-{TRACE_ID}-{PARENT_ID}-01")
+    assert code == 200, answer
 
     def found():  # the batch processor exports within its 5 s delay
         t = trace(query_url, TRACE_ID)
@@ -153,6 +176,21 @@ def test_a_chat_with_a_traceparent_is_found_in_jaeger(cluster, namespace, runtim
     assert process["serviceName"] == "ovserve-runtime", process
     assert {tag["key"]: tag["value"] for tag in process["tags"]}.get("service.instance.id") == pod["metadata"]["name"]
     assert "marmalade" not in json.dumps(t)
+
+    # through the routing gateway: Envoy and the endpoint picker pass the caller's traceparent on to the runtime
+    cluster.wait_for(lambda: (status(cluster, namespace, NAME).get("routing") or {}).get("endpoints") == 1, 60, "pool")
+    gw = Gateway(pool=NAME, namespace=namespace, kubeconfig=cluster.kubeconfig, workdir=tmp_path / "gw").start()
+    try:
+        cluster.wait_for(lambda: chat(gw.url)[0] == 200, 90, "a chat through the gateway")
+        code, answer = chat(gw.url, f"00-{GATEWAY_TRACE_ID}-{PARENT_ID}-01")
+        assert code == 200, answer
+    finally:
+        gw.stop()
+    t = cluster.wait_for(
+        lambda: (t := trace(query_url, GATEWAY_TRACE_ID)) and len(t["spans"]) >= 4 and t, 30, "the gateway's trace"
+    )
+    root = next(s for s in t["spans"] if s["operationName"] == f"chat {NAME}")
+    assert root["references"] == [{"refType": "CHILD_OF", "traceID": GATEWAY_TRACE_ID, "spanID": PARENT_ID}], root
 
     # the operator's sync passes of this serving
     def synced():

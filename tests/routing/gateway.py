@@ -45,6 +45,17 @@ def missing_artefacts(bin_dir: Path) -> list[str]:
     return [str(p) for p in want if not p.exists()]
 
 
+def install_pool_crd(cluster) -> str:
+    """GIE's InferencePool CRD (of `make routing`) applied to the cluster and served; its name."""
+    path = routing_bin_dir() / "crds" / "inferencepools.yaml"
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    cluster.kubectl("wait", "--for", "condition=Established", "crd/inferencepools.inference.networking.k8s.io")
+    cluster.wait_for(
+        lambda: cluster.kubectl("get", "inferencepools", "-A", check=False).returncode == 0, 30, "pools served"
+    )
+    return "inferencepools.inference.networking.k8s.io"
+
+
 def free_port() -> int:
     """A port free on every address: the EPP listens on all of them (":port"), and a port free on loopback alone may
     be held on the node's address by one of the cluster's many connections."""

@@ -38,7 +38,7 @@ from tests.conftest import HACK, make_namespace, run_on_host_network
 from tests.operator.conftest import OperatorProcess
 from tests.operator.test_operator_e2e import llms, models_claim, pvc_model, status
 
-from .gateway import Gateway, missing_artefacts, routing_bin_dir
+from .gateway import Gateway, install_pool_crd, missing_artefacts, routing_bin_dir
 
 pytestmark = [pytest.mark.cluster]
 
@@ -92,13 +92,7 @@ def rt_ns(cluster, crd):
 
 @pytest.fixture(scope="module")
 def pool_crd(cluster) -> str:
-    path = routing_bin_dir() / "crds" / "inferencepools.yaml"
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    cluster.kubectl("wait", "--for", "condition=Established", "crd/inferencepools.inference.networking.k8s.io")
-    cluster.wait_for(
-        lambda: cluster.kubectl("get", "inferencepools", "-A", check=False).returncode == 0, 30, "pools served"
-    )
-    return "inferencepools.inference.networking.k8s.io"
+    return install_pool_crd(cluster)
 
 
 @pytest.fixture(scope="module")

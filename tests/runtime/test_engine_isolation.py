@@ -17,7 +17,7 @@ from ovserve_runtime.engine import GenRequest, construct_cb
 from ovserve_runtime.engine import SchedulerOptions as Sched
 from ovserve_runtime.engine.core import CBCore
 from ovserve_runtime.engine.inprocess import cb_client
-from ovserve_runtime.engine.process import ChildServer, PipeSink, ProcessClient
+from ovserve_runtime.engine.process import STARTED, ChildServer, PipeSink, ProcessClient
 from ovserve_runtime.engine.request import Events
 from ovserve_runtime.engine.wire import config_to_dict, recv
 from ovserve_runtime.report import PipelineType as P
@@ -51,14 +51,15 @@ def _add(rid: int, pipe, max_new: int = 4) -> tuple:
 
 
 def _ends(conn, rids: set[int], timeout: float = 30) -> dict[int, tuple[str, object]]:
-    """Each request's last event, as the HTTP side reads them off the pipe."""
+    """Each request's end (done or error), as the HTTP side reads them off the pipe: not its tokens, nor the
+    `started` event (when the pipeline took it: the queue-wait metric's end) that comes before its first token."""
     ends: dict[int, tuple[str, object]] = {}
     deadline = time.monotonic() + timeout
     while set(ends) != rids:
         assert conn.poll(max(0.0, deadline - time.monotonic())), f"no end for {rids - set(ends)}"
         msg = recv(conn)
         if msg[0] == "step":
-            ends.update({rid: (kind, value) for rid, kind, value in msg[1] if kind != "tokens"})
+            ends.update({rid: (kind, value) for rid, kind, value in msg[1] if kind not in ("tokens", STARTED)})
     return ends
 
 
