@@ -136,8 +136,14 @@ def main() -> int:
     )
     scale.add_argument("--failover-timeout", type=float, default=600)
     scale.add_argument("--failover-tail", type=float, default=15, help="seconds measured after every pod was read")
-    scale.add_argument("--operator-src", type=Path, default=ROOT, help="a checkout whose operator runs (before/after)")
+    ap.add_argument("--operator-src", type=Path, default=ROOT, help="a checkout whose operator runs (before/after)")
     scale.add_argument("--log-dir", default=f"/tmp/ovserve-scale-logs-{os.getpid()}")
+    scale.add_argument(
+        "--versus",
+        type=Path,
+        help="another checkout's operator run beside --operator-src's at the bulk load, N/2 objects each "
+        "(operator_versus.py)",
+    )
     args = ap.parse_args()
     if args.scale:
         return scale_main(args)
@@ -167,10 +173,13 @@ def main() -> int:
         "OVSERVE_ALLOW_HOSTPATH": "true",
         "OVSERVE_ALLOWED_IMAGES": "localhost/ovserve-standin",
     }
+    src = args.operator_src.resolve()
+    if src != ROOT:  # another checkout's operator (before/after)
+        env["PYTHONPATH"] = f"{src / 'runtime'}:{src / 'operator'}"
     op = subprocess.Popen(
-        [sys.executable, "-m", "ovserve_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+        [sys.executable, "-m", "ovserve_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=src
     )
-    result: dict = {"count": args.count}
+    result: dict = {"count": args.count, "operator_src": str(src)}
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not kopf_running(port):
@@ -323,17 +332,21 @@ def scale_main(args: argparse.Namespace) -> int:
     import asyncio
 
     import operator_scale
+    import operator_versus
 
+    bench = operator_versus if args.versus else operator_scale
     cluster = ROOT / "hack" / "scale" / "cluster.sh"
     subprocess.run([str(cluster), "down"], check=True, capture_output=True)  # a fresh etcd for every run
     subprocess.run([str(cluster), "up"], check=True)
     try:
         enter_netns(os.environ.get("OVSERVE_SCALE_NETNS", "ovserve-scale"))
-        result = asyncio.run(operator_scale.run(args))
+        result = asyncio.run(bench.run(args))
     finally:
         if not args.keep:
             subprocess.run([str(cluster), "down"], check=False)
-    operator_scale.report(result)
+    bench.report(result)
+    if args.versus:
+        return 0 if all((result.get(side) or {}).get("all_settled_s") for side in operator_versus.SIDES) else 1
     return 0 if result["load"]["all_settled_s"] is not None else 1
 
 

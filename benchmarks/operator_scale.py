@@ -158,14 +158,17 @@ def operator_metric(port: int, name: str) -> float:
     return 0.0
 
 
-def start_operator(identity: str, port: int, src: Path, log_dir: Path) -> subprocess.Popen:
+def start_operator(
+    identity: str, port: int, src: Path, log_dir: Path, namespaces: str = "", lease: str = "ovserve-operator"
+) -> subprocess.Popen:
     env = {
         **os.environ,
         "PYTHONPATH": f"{src / 'runtime'}:{src / 'operator'}",
         "KUBECONFIG": str(SCALE_DIR / "kubeconfig"),
-        "OVSERVE_WATCH_NAMESPACES": "",  # cluster-wide, as a platform runs it
+        "OVSERVE_WATCH_NAMESPACES": namespaces,  # "": cluster-wide, as a platform runs it
         "OVSERVE_LEADER_ELECTION": "true",
         "OVSERVE_LEASE_NAMESPACE": LEASE_NS,
+        "OVSERVE_LEASE_NAME": lease,
         "OVSERVE_HEALTH_PORT": str(port),
         "POD_NAME": identity,
         "OVSERVE_LOG_LEVEL": "WARNING",
@@ -175,6 +178,55 @@ def start_operator(identity: str, port: int, src: Path, log_dir: Path) -> subpro
     return subprocess.Popen(
         [sys.executable, "-m", "ovserve_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=src
     )
+
+
+def start_responder(log_dir: Path) -> subprocess.Popen:
+    """The status responder (scale_harness.py respond) answering GET /v1/status at every simulated pod address."""
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("scale_harness.py")), "respond", "--stats-port", "8001"],
+        stdout=subprocess.DEVNULL,
+        stderr=open(log_dir / "responder.log", "w"),
+    )
+
+
+async def prepare(api: Api, args: Any, namespaces: list[str]) -> None:
+    """The simulated nodes, the namespaces (the operators' Lease namespace too) and the CRD, Established and
+    answering (a CRD just Established may still answer 429 "storage is (re)initializing")."""
+    await asyncio.gather(*(api.create("/api/v1/nodes", n) for n in h.node_manifests(args.nodes, args.gpu_nodes)))
+    for ns in [LEASE_NS, *namespaces]:
+        await api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    kubectl = [str(CLUSTER), "exec", "kubectl"]
+    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(CRD)], check=True, capture_output=True)
+    subprocess.run(
+        [*kubectl, "wait", "--for", "condition=Established", "crd/llmservings.ovserve.dev"],
+        check=True,
+        capture_output=True,
+    )
+    for _ in range(120):
+        try:
+            await api.get(f"{PLURAL}/llmservings?limit=1")
+            return
+        except aiohttp.ClientResponseError:
+            await asyncio.sleep(0.5)
+
+
+async def stop(
+    api: Api, watcher: asyncio.Task | None, ops: dict[str, subprocess.Popen], responder: subprocess.Popen
+) -> None:
+    """Everything a run started: the watch, the operators (SIGTERM, then SIGKILL after 30 s), the responder."""
+    if watcher is not None:
+        watcher.cancel()
+    for p in ops.values():
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in ops.values():
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    responder.terminate()
+    responder.wait()
+    await api.session.close()
 
 
 async def wait_kopf(port: int, timeout: float) -> None:
@@ -250,34 +302,12 @@ async def run(args: Any) -> dict[str, Any]:
     api = Api(SCALE_DIR / "kubeconfig")
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    responder = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("scale_harness.py")), "respond", "--stats-port", "8001"],
-        stdout=subprocess.DEVNULL,
-        stderr=open(log_dir / "responder.log", "w"),
-    )
+    responder = start_responder(log_dir)
     ops: dict[str, subprocess.Popen] = {}
     tracker = Tracker()
     watcher: asyncio.Task | None = None
     try:
-        nodes = h.node_manifests(args.nodes, args.gpu_nodes)
-        await asyncio.gather(*(api.create("/api/v1/nodes", node) for node in nodes))
-        for ns in [LEASE_NS, *sorted({o["metadata"]["namespace"] for o in items})]:
-            await api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        subprocess.run(
-            [str(CLUSTER), "exec", "kubectl", "apply", "--server-side", "-f", str(CRD)], check=True, capture_output=True
-        )
-        subprocess.run(
-            [str(CLUSTER), "exec", "kubectl", "wait", "--for", "condition=Established", "crd/llmservings.ovserve.dev"],
-            check=True,
-            capture_output=True,
-        )
-        # a CRD just Established may still answer 429 "storage is (re)initializing": kopf would back off its watch
-        for _ in range(120):
-            try:
-                await api.get(f"{PLURAL}/llmservings?limit=1")
-                break
-            except aiohttp.ClientResponseError:
-                await asyncio.sleep(0.5)
+        await prepare(api, args, sorted({o["metadata"]["namespace"] for o in items}))
         ops["a"] = start_operator("op-a", 18081, args.operator_src, log_dir)
         await wait_kopf(18081, 120)
         await asyncio.sleep(3)  # kopf's watches established
@@ -326,6 +356,9 @@ async def run(args: Any) -> dict[str, Any]:
             **{f"operator_{c}": int(c1[c] - c0[c]) for c in load_counters},
             "readback_gets": r1["reads"] - r0["reads"],
             **_phase_rates(m0, m1, t1 - t0),
+            # every request the load caused, by verb and resource (counts, not rates: comparable between runs that
+            # took different times)
+            "requests": {f"{v} {r}": int(n) for v, r, n in h.counts(m0, m1)},
         }
         result["operator_rss_after_load_mib"] = op.rss_kib() // 1024
 
@@ -403,19 +436,7 @@ async def run(args: Any) -> dict[str, Any]:
         sampler_stop.set()
         await sampler
     finally:
-        if watcher is not None:
-            watcher.cancel()
-        for p in ops.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in ops.values():
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        responder.terminate()
-        responder.wait()
-        await api.session.close()
+        await stop(api, watcher, ops, responder)
     result["load_avg_after"] = os.getloadavg()[0]
     result["total_s"] = _ms(time.monotonic() - t_start)
     return result

@@ -157,6 +157,14 @@ def rates(
     return sorted(rows, key=lambda r: -r[2])[:top]
 
 
+def counts(
+    before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float]
+) -> list[tuple[str, str, float]]:
+    """(verb, resource, requests) of every series that grew between two scrapes, largest first."""
+    rows = [(verb, res, after[(verb, res)] - before.get((verb, res), 0.0)) for verb, res in after]
+    return sorted((r for r in rows if r[2] >= 1), key=lambda r: (-r[2], r[0], r[1]))
+
+
 def total(
     before: Mapping[tuple[str, str], float],
     after: Mapping[tuple[str, str], float],

@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from ovserve_runtime import endpoints
-from ovserve_runtime.metrics import (
+from ovserve_runtime.metricnames import (
     CACHE_BLOCK_SIZE_LABEL,
     CACHE_CONFIG_INFO,
     CACHE_NUM_BLOCKS_LABEL,

@@ -17,18 +17,18 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from .metricnames import (  # the names the endpoint picker reads
+    CACHE_BLOCK_SIZE_LABEL,
+    CACHE_CONFIG_INFO,
+    CACHE_NUM_BLOCKS_LABEL,
+    CACHE_PREFIX_LABEL,
+    KV_USAGE_RATIO,
+)
 from .report import RuntimeReport
 
 disable_created_metrics()  # no *_created samples: they only add noise to scrapes
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-# The model-server protocol of the Gateway API Inference Extension (GIE proposal 003) under ovserve's names; the
-# endpoint picker's `openvino` engine config maps them (operator/ovserve_operator/routing.py, docs/routing.md).
-KV_USAGE_RATIO = "ovserve_kv_cache_usage_ratio"
-CACHE_CONFIG_INFO = "ovserve_kv_cache_config_info"
-CACHE_BLOCK_SIZE_LABEL = "block_size"
-CACHE_NUM_BLOCKS_LABEL = "num_blocks"
-CACHE_PREFIX_LABEL = "enable_prefix_caching"
 # Tokens per KV-cache block of the PagedAttention op as the OpenVINO plugins compile it: the value cache's shape is
 # [blocks, kv_heads, block_size, head_size] (tests/runtime/test_routing_gauges.py reads it back on CPU).
 PAGED_BLOCK_TOKENS = {"CPU": 32, "GPU": 16}

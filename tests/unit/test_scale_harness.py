@@ -159,3 +159,41 @@ def test_the_operator_reads_the_responder_as_a_ready_runtime_and_it_logs_the_add
     reading, stats, log = asyncio.run(scenario())
     assert reading.source == "http" and reading.report is not None and reading.report.state == State.READY
     assert stats == {"reads": 1, "ips": 1, "ips_since": 1} and set(log.last) == {"127.0.0.1"}
+
+
+def test_the_side_by_side_run_gives_both_operators_the_same_mix_in_namespaces_of_their_own_interleaved():
+    _load("operator_scale", ROOT / "benchmarks" / "operator_scale.py")
+    v = _load("operator_versus", ROOT / "benchmarks" / "operator_versus.py")
+    sides = v.split(1000, 10)
+    a, b = sides["a"], sides["b"]
+    assert len(a) == len(b) == 500
+
+    def mix(items):
+        return (
+            sum(o["spec"].get("device") == "GPU" for o in items),
+            sum(o["spec"]["replicas"] for o in items),
+            sorted({o["metadata"]["namespace"].split("-", 1)[1] for o in items}),
+        )
+
+    assert mix(a) == mix(b) and mix(a)[0] > 0 and mix(a)[1] > 500  # GPU and two-replica objects on both sides
+    assert all(o["metadata"]["namespace"].startswith("a-") for o in a)
+    assert all(o["metadata"]["namespace"].startswith("b-") for o in b)
+    order = v.interleaved(sides)
+    assert [o for o in order if o in a] == a and [o for o in order if o in b] == b and len(order) == 1000
+    firsts = [order[i]["metadata"]["namespace"][0] for i in range(0, 1000, 2)]
+    assert firsts.count("a") == firsts.count("b") == 250  # neither side is always created first
+
+
+def test_counts_every_series_that_grew_largest_first():
+    before = {("GET", "pods"): 10.0, ("PATCH", "llmservings/status"): 5.0, ("LIST", "nodes"): 2.0}
+    after = {
+        ("GET", "pods"): 12.0,
+        ("PATCH", "llmservings/status"): 25.0,
+        ("LIST", "nodes"): 2.0,
+        ("POST", "events"): 2,
+    }
+    assert h.counts(before, after) == [
+        ("PATCH", "llmservings/status", 20.0),
+        ("GET", "pods", 2.0),
+        ("POST", "events", 2),
+    ]
