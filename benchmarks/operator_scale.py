@@ -158,6 +158,14 @@ def operator_metric(port: int, name: str) -> float:
     return 0.0
 
 
+# the operator's counters of what it did during a load (ovserve_operator_<name>_total)
+LOAD_COUNTERS = ("status_refreshes", "status_patches", "applies", "status_errors", "apply_errors")
+
+
+def operator_counters(port: int, names: tuple[str, ...] = LOAD_COUNTERS) -> dict[str, float]:
+    return {c: operator_metric(port, f"ovserve_operator_{c}_total") for c in names}
+
+
 def start_operator(
     identity: str, port: int, src: Path, log_dir: Path, namespaces: str = "", lease: str = "ovserve-operator"
 ) -> subprocess.Popen:
@@ -327,8 +335,7 @@ async def run(args: Any) -> dict[str, Any]:
                 await asyncio.sleep(1)
 
         sampler = asyncio.create_task(sample())
-        load_counters = ("status_refreshes", "status_patches", "applies", "status_errors", "apply_errors")
-        c0 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in load_counters}
+        c0 = operator_counters(18081)
         r0 = responder_stats(8001)
         m0, cpu0, t0 = await api.requests(), (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s()), time.monotonic()
         await create_all(api, items, tracker, 16)
@@ -337,7 +344,7 @@ async def run(args: Any) -> dict[str, Any]:
         settled = await wait_for(lambda: all(k in tracker.ready for k in keys), args.timeout - (time.monotonic() - t0))
         t1 = time.monotonic()
         m1, cpu1 = await api.requests(), (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s())
-        c1 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in load_counters}
+        c1 = operator_counters(18081)
         r1 = responder_stats(8001)
         obs, rdy = tracker.lags(keys, tracker.observed), tracker.lags(keys, tracker.ready)
         result["load"] = {
@@ -353,7 +360,7 @@ async def run(args: Any) -> dict[str, Any]:
             "etcd_cpu_s": _ms(cpu1[2] - cpu0[2]),
             # what the operator did for it (passes per object show a pass that repeats; the readback GETs, the pods
             # it waited on)
-            **{f"operator_{c}": int(c1[c] - c0[c]) for c in load_counters},
+            **{f"operator_{c}": int(c1[c] - c0[c]) for c in LOAD_COUNTERS},
             "readback_gets": r1["reads"] - r0["reads"],
             **_phase_rates(m0, m1, t1 - t0),
             # every request the load caused, by verb and resource (counts, not rates: comparable between runs that
@@ -381,7 +388,7 @@ async def run(args: Any) -> dict[str, Any]:
         m2, r2 = await api.requests(), responder_stats(8001)
         cpu2, t2 = (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s()), time.monotonic()
         counters = ("status_patches", "status_refreshes", "status_echoes")  # the last two: operators since issue 29
-        before2 = {c: operator_metric(18081, f"ovserve_operator_{c}_total") for c in counters}
+        before2 = operator_counters(18081, counters)
         await asyncio.sleep(args.steady)
         m3, r3 = await api.requests(), responder_stats(8001)
         cpu3, t3 = (op.cpu_s(), apiserver.cpu_s(), etcd.cpu_s()), time.monotonic()

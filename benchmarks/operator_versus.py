@@ -26,7 +26,6 @@ import operator_scale as s
 import scale_harness as h
 
 SIDES = ("a", "b")
-COUNTERS = ("status_refreshes", "status_patches", "applies", "status_errors", "apply_errors")
 
 
 def split(n: int, tenants: int) -> dict[str, list[dict]]:
@@ -46,10 +45,6 @@ def interleaved(sides: dict[str, list[dict]]) -> list[dict]:
         pair = [x[i] for x in (a, b) if i < len(x)]
         out.extend(pair if i % 2 == 0 else pair[::-1])
     return out
-
-
-def counters(port: int) -> dict[str, float]:
-    return {c: s.operator_metric(port, f"ovserve_operator_{c}_total") for c in COUNTERS}
 
 
 def machine_cpu() -> tuple[int, int]:
@@ -89,8 +84,12 @@ async def run(args: Any) -> dict[str, Any]:
         watcher = asyncio.create_task(s.watch(api, tracker))
         await asyncio.sleep(1)
 
-        c0 = {side: counters(ports[side]) for side in SIDES}
-        cpu0, steal0, t0 = {side: procs[side].cpu_s() for side in SIDES}, machine_cpu(), time.monotonic()
+        def reading() -> tuple[dict[str, dict[str, float]], dict[str, float], float]:
+            """Each operator's counters and CPU seconds, and when."""
+            counted = {side: s.operator_counters(ports[side]) for side in SIDES}
+            return counted, {side: procs[side].cpu_s() for side in SIDES}, time.monotonic()
+
+        (c0, cpu0, t0), steal0 = reading(), machine_cpu()
         settled: dict[str, float] = {}
         keys = {side: [f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in sides[side]] for side in SIDES}
         cpu_at: dict[str, float] = {}
@@ -107,7 +106,7 @@ async def run(args: Any) -> dict[str, Any]:
         steal1 = machine_cpu()
         result["machine_steal_pct"] = round(100 * (steal1[0] - steal0[0]) / max(1, steal1[1] - steal0[1]), 1)
         for side in SIDES:
-            c1 = counters(ports[side])
+            c1 = s.operator_counters(ports[side])
             obs, rdy = tracker.lags(keys[side], tracker.observed), tracker.lags(keys[side], tracker.ready)
             result[side] = {
                 "objects": len(keys[side]),
@@ -118,23 +117,16 @@ async def run(args: Any) -> dict[str, Any]:
                 "create_to_ready_p50_s": s._ms(h.pct(rdy, 0.5)),
                 "create_to_ready_p95_s": s._ms(h.pct(rdy, 0.95)),
                 "operator_cpu_s": s._ms(cpu_at.get(side, procs[side].cpu_s()) - cpu0[side]),
-                **{f"operator_{c}": int(c1[c] - c0[side][c]) for c in COUNTERS},
+                **{f"operator_{c}": int(c1[c] - c0[side][c]) for c in s.LOAD_COUNTERS},
                 "rss_idle_mib": rss_idle[side],
                 "rss_settled_mib": procs[side].rss_kib() // 1024,
             }
         # the steady state: nothing changes; each operator's CPU and passes over the same window
         await asyncio.sleep(5)
-        c2, cpu2, t2 = (
-            {side: counters(ports[side]) for side in SIDES},
-            {x: procs[x].cpu_s() for x in SIDES},
-            time.monotonic(),
-        )
+
+        c2, cpu2, t2 = reading()
         await asyncio.sleep(args.steady)
-        c3, cpu3, t3 = (
-            {side: counters(ports[side]) for side in SIDES},
-            {x: procs[x].cpu_s() for x in SIDES},
-            time.monotonic(),
-        )
+        c3, cpu3, t3 = reading()
         result["steady_s"] = s._ms(t3 - t2)
         for side in SIDES:
             result[side]["steady_cpu_pct"] = round(100 * (cpu3[side] - cpu2[side]) / (t3 - t2), 1)

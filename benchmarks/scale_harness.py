@@ -147,12 +147,18 @@ def request_counts(metrics_text: str) -> Counter[tuple[str, str]]:
     return counts
 
 
+def _grown(
+    before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float]
+) -> list[tuple[str, str, float]]:
+    return [(verb, res, after[(verb, res)] - before.get((verb, res), 0.0)) for verb, res in after]
+
+
 def rates(
     before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float], seconds: float, top: int = 12
 ) -> list[tuple[str, str, float]]:
     """(verb, resource, per second) of what grew by 0.05/s or more between two scrapes, largest first, at most
     `top` rows."""
-    rows = [(verb, res, (after[(verb, res)] - before.get((verb, res), 0.0)) / seconds) for verb, res in after]
+    rows = [(verb, res, n / seconds) for verb, res, n in _grown(before, after)]
     rows = [r for r in rows if r[2] >= 0.05]  # not the watches that merely reconnected
     return sorted(rows, key=lambda r: -r[2])[:top]
 
@@ -161,8 +167,7 @@ def counts(
     before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float]
 ) -> list[tuple[str, str, float]]:
     """(verb, resource, requests) of every series that grew between two scrapes, largest first."""
-    rows = [(verb, res, after[(verb, res)] - before.get((verb, res), 0.0)) for verb, res in after]
-    return sorted((r for r in rows if r[2] >= 1), key=lambda r: (-r[2], r[0], r[1]))
+    return sorted((r for r in _grown(before, after) if r[2] >= 1), key=lambda r: (-r[2], r[0], r[1]))
 
 
 def total(
